@@ -10,3 +10,13 @@ for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "TOKE
     os.environ.setdefault(_var, "1" if _var != "TOKENIZERS_PARALLELISM" else "false")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("WANDB_MODE", "offline")
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory):
+    """The embedded tiny Qwen2.5-VL, built once per test session (about 4 s, no network)."""
+    from olmpipe.tinymodel import build_tiny_model
+
+    return build_tiny_model(tmp_path_factory.mktemp("tiny-model") / "model", seed=0)
