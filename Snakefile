@@ -3,7 +3,9 @@
 #   snakemake --cores all train        # the whole chain on the embedded default
 #   snakemake --cores all validate     # up to a given stage
 #
-# Stages live in workflow/rules/<stage>.smk; all logic lives in the olmpipe package.
+# Targets: `all` (default, the furthest stage) and one per stage: rasterize (pages + manifest),
+# validate (validated tests + page index), ... Stages live in workflow/rules/<stage>.smk, helpers
+# in workflow/rules/common.smk; all logic lives in the olmpipe package.
 from snakemake.utils import min_version, validate
 
 min_version("9.0")
@@ -18,9 +20,28 @@ validate(config, "workflow/schemas/config.schema.yaml")
 include: "workflow/rules/common.smk"
 include: "workflow/rules/rasterize.smk"
 include: "workflow/rules/validate.smk"
+include: "workflow/rules/model.smk"
+include: "workflow/rules/baseline.smk"
+include: "workflow/rules/train.smk"
+include: "workflow/rules/evaluate.smk"
+include: "workflow/rules/report.smk"
 
 
 rule all:
     default_target: True
     input:
         rules.validate.output,
+
+
+rule baseline:
+    input:
+        rules.baseline_generate.output,
+
+
+# The trained model: every seed, their soup, the soup's evaluation against the baseline, and the
+# report (results/report/index.html; its job, the last one, prints the comparison table).
+rule train:
+    input:
+        rules.soup.output,
+        rules.evaluate_compare.output,
+        rules.report_html.output,

@@ -1,0 +1,466 @@
+"""Stage 3, baseline: how good is the model before training? Generate the eval pages and score them.
+
+    python -m olmpipe.baseline --config config/config.yaml
+    olmpipe baseline --model results/model/tiny --out results/baseline/tiny-qwen2.5-vl
+
+Reads the ``eval`` split of the page index (``results/validate/pages.jsonl``) and the validated
+tests (``results/validate/tests/*.jsonl``), makes the model answer every page ``generation.repeats``
+times with the configured backend, and writes to ``results/baseline/<model name>/``:
+
+- ``generations.jsonl``: the raw generations (one line per pdf/page/repeat: text, front matter,
+  finish reason, token counts, every attempt, timings, failed flag);
+- ``candidate/<pdf path without .pdf>_pg<page>_repeat<k>.md``: the page texts in olmOCR-Bench's
+  candidate layout, so its own ``benchmark.py`` can score them;
+- ``scores.json`` / ``scores.csv`` (overall, per test type, per JSONL file, 95% interval) and
+  ``verdicts.jsonl`` (one line per test and repeat), from :mod:`olmpipe.bench`;
+- ``summary.json``: run statistics (pages, EOS share, valid front matter share, failed pages,
+  tokens, throughput).
+
+Resume: every batch of records is appended to the journal ``generations.journal.jsonl`` as soon as
+it exists. A new run with ``baseline.resume`` keeps the journal lines whose settings fingerprint
+(decoding settings, backend, model identity, prompt, generation code), page image hash and key
+match, and generates only the rest; generations that failed in the backend are retried. The
+journal is not a Snakemake output on purpose: Snakemake deletes a job's declared outputs before it
+runs and after it fails, so ``generations.jsonl`` (a declared output) is written in one piece at
+the end, from the journal. The evaluate stage calls :func:`run_generation_and_scoring` with another
+model and output folder.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import shutil
+import sys
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from olmpipe.generate import (
+    DecodingSettings,
+    GenerationBackend,
+    GenerationError,
+    GenerationRecord,
+    backend_identity,
+    iter_generate,
+    make_backend,
+    make_requests,
+)
+from olmpipe.generate.base import file_sha256
+from olmpipe.generate.decoding import FAILURE_ERROR, settings_fingerprint
+from olmpipe.workflow import code_version
+
+logger = logging.getLogger(__name__)
+
+#: Package code whose edits rerun the baseline rule (``params: code=``); generations are reused
+#: unless GENERATION_CODE changed too, so a scoring fix only rescores.
+BASELINE_CODE = ("olmpipe.baseline", "olmpipe.generate", "olmpipe.prompts", "olmpipe.bench")
+#: Package code whose edits invalidate finished generations (see :func:`run_fingerprint`).
+GENERATION_CODE = ("olmpipe.generate", "olmpipe.prompts")
+#: The append-only resume journal in the output folder (not a Snakemake output; see the module doc).
+JOURNAL_NAME = "generations.journal.jsonl"
+
+
+class BaselineError(RuntimeError):
+    """Bad stage input (page index, tests) or a run with too many backend failures."""
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """What one generation-and-scoring run did; also written to ``summary.json``."""
+
+    model: str
+    backend: str
+    pages: int
+    repeats: int
+    generations: int
+    reused: int
+    generated: int
+    failed_no_eos: int
+    failed_error: int
+    eos_share: float
+    front_matter_valid_share: float
+    completion_tokens: int
+    generation_seconds: float
+    pages_per_s: float
+    model_seconds: float
+    overall: float | None
+
+
+# ---------------------------------------------------------------- inputs
+
+def load_page_index(path: str | Path, split: str = "eval") -> list[dict[str, Any]]:
+    """The page index entries of ``split`` (each with ``pdf``, ``page``, ``image``), sorted by pdf and page.
+
+    Raises :class:`BaselineError` naming the file and line of a malformed entry.
+    """
+    path = Path(path)
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise BaselineError(f"{path}: cannot read the page index ({exc.strerror or exc}); run the validate stage") from None
+    pages: dict[tuple[str, int], dict[str, Any]] = {}
+    for lineno, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            entry = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise BaselineError(f"{path}:{lineno}: not valid JSON ({exc.msg})") from None
+        if not isinstance(entry, dict):
+            raise BaselineError(f"{path}:{lineno}: expected a JSON object, got {type(entry).__name__}")
+        missing = [k for k in ("pdf", "page", "image", "split") if k not in entry]
+        if missing:
+            raise BaselineError(f"{path}:{lineno}: page entry misses {', '.join(missing)}")
+        if not isinstance(entry["page"], int) or entry["page"] < 1:
+            raise BaselineError(f"{path}:{lineno}: page must be a positive integer, got {entry['page']!r}")
+        if entry["split"] != split:
+            continue
+        key = (str(entry["pdf"]), entry["page"])
+        if key in pages:
+            raise BaselineError(f"{path}:{lineno}: duplicate entry for {key[0]} page {key[1]}")
+        pages[key] = entry
+    return [pages[k] for k in sorted(pages)]
+
+
+def load_eval_tests(tests_dir: str | Path, pages: Sequence[Mapping[str, Any]]) -> list[Any]:
+    """The validated tests of the given pages, plus olmOCR-Bench's automatic baseline tests.
+
+    The files are those the page entries name in ``jsonl_files`` (paths under ``tests_dir``, e.g.
+    ``dataset.jsonl`` or ``eval/dataset.jsonl`` for a separate eval bench); entries without that
+    map fall back to every top-level ``*.jsonl``. A test is kept when its page is among ``pages``
+    and, where the entry lists ``test_ids``, its id is listed for that page. The file name is the
+    test's JSONL category. A PDF without a ``baseline`` test gets one on page 1 when that page is
+    scored, as olmOCR-Bench's benchmark does.
+    """
+    from olmpipe.bench import baseline_tests_for, load_tests
+
+    tests_dir = Path(tests_dir)
+    named = sorted({str(f) for p in pages for f in (p.get("jsonl_files") or {}).values()})
+    files = [tests_dir / f for f in named] if named else sorted(tests_dir.glob("*.jsonl"))
+    if not files:
+        raise BaselineError(f"{tests_dir}: no *.jsonl test files; run the validate stage")
+    missing = [str(f) for f in files if not f.is_file()]
+    if missing:
+        raise BaselineError(f"{tests_dir}: test file(s) named by the page index do not exist: {', '.join(missing)}")
+    wanted = {(str(p["pdf"]), int(p["page"])): p for p in pages}
+    tests = []
+    for file in files:
+        rel = file.relative_to(tests_dir).as_posix()
+        for t in load_tests(file):
+            entry = wanted.get((t.pdf, t.page))
+            if entry is None:
+                continue
+            if "test_ids" in entry and t.id not in entry["test_ids"]:
+                continue
+            if (entry.get("jsonl_files") or {}).get(t.id, rel) != rel:
+                continue
+            tests.append(t)
+    pdfs = sorted({pdf for pdf, _ in wanted})
+    extra = [t for t in baseline_tests_for(pdfs, tests) if (t.pdf, t.page) in wanted]
+    return tests + extra
+
+
+# ---------------------------------------------------------------- journal
+
+def run_fingerprint(generation: Mapping[str, Any], model_path: str | Path) -> str:
+    """The fingerprint a finished generation must carry to be reused by a resumed run."""
+    return settings_fingerprint(
+        DecodingSettings.from_config(generation),
+        backend_identity(generation, model_path),
+        {"code": code_version(*GENERATION_CODE)},
+    )
+
+
+def read_journal(path: Path) -> list[dict[str, Any]]:
+    """The lines of ``generations.jsonl``; a truncated last line (a killed run) is skipped with a warning."""
+    if not path.exists():
+        return []
+    out = []
+    lines = path.read_text(encoding="utf-8").splitlines()
+    for lineno, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:
+            where = "last line (interrupted write)" if lineno == len(lines) else f"line {lineno}"
+            logger.warning("%s: ignoring unreadable %s", path, where)
+    return out
+
+
+def _write_jsonl(path: Path, rows: Iterable[Mapping[str, Any]]) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.writelines(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
+    tmp.replace(path)
+
+
+def reusable_records(
+    journal: Path, fingerprint: str, image_hashes: Mapping[str, str], keys: set[tuple[str, int, int]]
+) -> dict[tuple[str, int, int], GenerationRecord]:
+    """Finished generations of ``journal`` that a run with ``fingerprint`` may reuse, by key.
+
+    A line is reused when its settings fingerprint and page image hash match and it did not fail
+    in the backend; later lines win. The journal is rewritten to exactly the reused lines when
+    anything else was in it, so it never mixes settings.
+    """
+    rows = read_journal(journal)
+    kept: dict[tuple[str, int, int], GenerationRecord] = {}
+    for row in rows:
+        try:
+            record = GenerationRecord.from_json(row)
+        except (ValueError, TypeError) as exc:
+            logger.warning("%s: ignoring a malformed generation record (%s)", journal, exc)
+            continue
+        if (record.key in keys and record.settings == fingerprint
+                and record.image_sha256 == image_hashes.get(record.image) and record.failure != FAILURE_ERROR):
+            kept[record.key] = record
+        else:
+            kept.pop(record.key, None)
+    if rows and len(kept) != len(rows):
+        logger.info("%s: keeping %d of %d earlier generations (others: other settings, images or failures)",
+                    journal, len(kept), len(rows))
+        _write_jsonl(journal, (r.to_json() for r in kept.values()))
+    return kept
+
+
+# ---------------------------------------------------------------- outputs
+
+def candidate_name(pdf: str, page: int, repeat: int) -> str:
+    """olmOCR-Bench's candidate file name: ``<pdf path without .pdf>_pg<page>_repeat<k>.md``."""
+    stem = pdf[: -len(".pdf")] if pdf.lower().endswith(".pdf") else pdf
+    return f"{stem}_pg{page}_repeat{repeat}.md"
+
+
+def write_candidate(folder: Path, records: Iterable[GenerationRecord]) -> int:
+    """Rewrite ``folder`` to hold exactly one ``.md`` per record (its page text); returns the count."""
+    if folder.exists():
+        shutil.rmtree(folder)
+    count = 0
+    for record in records:
+        target = folder / candidate_name(record.pdf, record.page, record.repeat)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(record.text, encoding="utf-8")
+        count += 1
+    return count
+
+
+def _score_and_write(tests: Sequence[Any], records: Sequence[GenerationRecord], out_dir: Path) -> Any:
+    """Score the page texts with the unit-test engine; write scores.json/.csv and verdicts.jsonl."""
+    from olmpipe.bench import score_candidate
+    from olmpipe.bench.aggregate import write_verdicts
+
+    score = score_candidate(tests, {r.key: r.text for r in records})
+    (out_dir / "scores.json").write_text(json.dumps(score.to_json(), indent=2) + "\n", encoding="utf-8")
+    write_scores_csv(out_dir / "scores.csv", score)
+    write_verdicts(out_dir / "verdicts.jsonl", score.verdicts)
+    return score
+
+
+def write_scores_csv(path: Path, score: Any) -> None:
+    """``scores.csv``: one row per scope (overall, each test type, each JSONL file) with its test count.
+
+    The 95% interval (bootstrap within JSONL files, as olmOCR-Bench does) exists for the overall
+    score only.
+    """
+    import csv
+
+    total = sum(n for _, n in score.jsonl_counts.values())
+    rows = [["overall", "overall", score.overall, total, score.ci95[0], score.ci95[1]]]
+    rows += [["type", name, value, score.type_counts.get(name, ""), "", ""] for name, value in score.by_type.items()]
+    rows += [["jsonl", name, value, score.jsonl_counts.get(name, (0, ""))[1], "", ""]
+             for name, value in score.by_jsonl.items()]
+    with open(path, "w", newline="", encoding="utf-8") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(["scope", "name", "score", "tests", "ci95_low", "ci95_high"])
+        writer.writerows(rows)
+
+
+def summarize(records: Sequence[GenerationRecord], *, model: str, backend: str, pages: int, repeats: int,
+              reused: int, seconds: float, model_seconds: float, overall: float | None) -> RunSummary:
+    """Run statistics over all records (reused ones included); throughput over the generated ones."""
+    n = len(records)
+    generated = n - reused
+    return RunSummary(
+        model=model, backend=backend, pages=pages, repeats=repeats, generations=n, reused=reused,
+        generated=generated,
+        failed_no_eos=sum(r.failed and r.failure != FAILURE_ERROR for r in records),
+        failed_error=sum(r.failure == FAILURE_ERROR for r in records),
+        eos_share=round(sum(r.finish_reason == "stop" for r in records) / n, 4) if n else 0.0,
+        front_matter_valid_share=round(sum(r.front_matter is not None for r in records) / n, 4) if n else 0.0,
+        completion_tokens=sum(r.completion_tokens for r in records),
+        generation_seconds=round(seconds, 3),
+        pages_per_s=round(generated / seconds, 4) if seconds > 0 and generated else 0.0,
+        model_seconds=round(model_seconds, 3),
+        overall=overall,
+    )
+
+
+# ---------------------------------------------------------------- the run
+
+def _progress(total: int, enabled: bool):
+    from tqdm import tqdm
+
+    return tqdm(total=total, unit="page", desc="generating", disable=not enabled or total == 0,
+                dynamic_ncols=True, mininterval=1.0, file=sys.stderr)
+
+
+def _generate_missing(
+    backend: GenerationBackend,
+    todo: Sequence[Any],
+    settings: DecodingSettings,
+    journal: Path,
+    done: dict[tuple[str, int, int], GenerationRecord],
+    *,
+    image_hashes: Mapping[str, str],
+    model: str,
+    fingerprint: str,
+    progress: bool,
+) -> tuple[float, float]:
+    """Generate ``todo``, appending each batch to ``journal`` and ``done``; returns (wall s, model s)."""
+    t0 = time.perf_counter()
+    model_before = backend.model_seconds
+    failed = 0
+    with _progress(len(todo), progress) as bar, open(journal, "a", encoding="utf-8") as fh:
+        for batch in iter_generate(backend, todo, settings, image_hashes=image_hashes, model=model,
+                                   fingerprint=fingerprint):
+            for record in batch:
+                fh.write(json.dumps(record.to_json(), ensure_ascii=False) + "\n")
+                done[record.key] = record
+            fh.flush()
+            failed += sum(r.failed for r in batch)
+            bar.update(len(batch))
+            bar.set_postfix(failed=failed, refresh=False)
+    return time.perf_counter() - t0, backend.model_seconds - model_before
+
+
+def run_generation_and_scoring(
+    cfg: Mapping[str, Any],
+    model_path: str | Path,
+    pages_index: str | Path,
+    tests_dir: str | Path,
+    out_dir: str | Path,
+    threads: int = 1,
+    *,
+    model_name: str | None = None,
+    backend: GenerationBackend | None = None,
+) -> RunSummary:
+    """Generate the eval pages of ``pages_index`` with ``model_path`` and score them into ``out_dir``.
+
+    The single code path of the baseline and evaluate stages: ``cfg`` is a validated config (its
+    ``generation`` and ``baseline`` sections are used), ``threads`` the torch CPU threads.
+    ``backend`` replaces the one the config names (tests, benchmarks, reusing a loaded model); it
+    is built only when there is something left to generate, and closed afterwards only if built
+    here. Raises :class:`BaselineError` for bad inputs or when more than
+    ``generation.max_error_fraction`` of the generations failed in the backend (the journal is
+    written first, so the next run retries only those).
+    """
+    generation, stage = cfg["generation"], cfg["baseline"]
+    settings = DecodingSettings.from_config(generation)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    name = model_name or cfg["model"]["name"]
+
+    pages = load_page_index(pages_index, split="eval")
+    if stage["max_pages"] is not None:
+        pages = pages[: stage["max_pages"]]
+    if not pages:
+        raise BaselineError(f"{pages_index}: no eval pages to score (check bench.split / bench.eval_dir)")
+    tests = load_eval_tests(tests_dir, pages)
+    for page in pages:
+        if not Path(page["image"]).is_file():
+            raise BaselineError(f"{pages_index}: page image {page['image']} ({page['pdf']} page {page['page']}) "
+                                "does not exist; rerun the rasterize stage")
+    image_hashes = {str(p["image"]): file_sha256(str(p["image"])) for p in pages}
+    requests = make_requests(pages, settings.repeats)
+    keys = {r.key for r in requests}
+
+    fingerprint = run_fingerprint(generation, model_path)
+    journal = out / JOURNAL_NAME
+    if not stage["resume"] and journal.exists():
+        journal.unlink()
+    done = reusable_records(journal, fingerprint, image_hashes, keys)
+    todo = [r for r in requests if r.key not in done]
+    logger.info("%s: %d pages x %d repeats = %d generations; %d reused, %d to generate with %s",
+                name, len(pages), settings.repeats, len(requests), len(done), len(todo), generation["backend"])
+
+    seconds = model_seconds = 0.0
+    if todo:
+        owned = backend is None
+        if owned:
+            import torch
+
+            torch.set_num_threads(max(1, int(threads)))
+            backend = make_backend(generation, model_path)
+        try:
+            seconds, model_seconds = _generate_missing(
+                backend, todo, settings, journal, done, image_hashes=image_hashes, model=name,
+                fingerprint=fingerprint, progress=stage["progress"])
+        finally:
+            if owned:
+                backend.close()
+
+    records = [done[r.key] for r in requests]
+    errors = [r for r in records if r.failure == FAILURE_ERROR]
+    if errors and len(errors) / len(records) > generation["max_error_fraction"]:
+        first = errors[0]
+        raise BaselineError(
+            f"{len(errors)} of {len(records)} generations failed in the {generation['backend']} backend "
+            f"(more than generation.max_error_fraction={generation['max_error_fraction']}); first: "
+            f"{first.pdf} page {first.page} repeat {first.repeat}: {first.error}. Fix the cause and rerun: "
+            "finished pages are kept"
+        )
+    _write_jsonl(out / "generations.jsonl", (r.to_json() for r in records))  # this run's records, in order
+    write_candidate(out / "candidate", records)
+    score = _score_and_write(tests, records, out)
+    summary = summarize(records, model=name, backend=generation["backend"], pages=len(pages),
+                        repeats=settings.repeats, reused=len(requests) - len(todo), seconds=seconds,
+                        model_seconds=model_seconds, overall=getattr(score, "overall", None))
+    (out / "summary.json").write_text(json.dumps(asdict(summary), indent=2) + "\n", encoding="utf-8")
+    logger.info("%s: %d generations (%d new, %.3f pages/s), %d without EOS, %d backend errors; overall %.4f",
+                name, summary.generations, summary.generated, summary.pages_per_s, summary.failed_no_eos,
+                summary.failed_error, summary.overall or 0.0)
+    return summary
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command line: ``olmpipe baseline [--config C] [--model PATH] [--out DIR] [--threads N]``."""
+    from olmpipe.config import ConfigError, load_config
+    from olmpipe.workflow import model_dir
+
+    parser = argparse.ArgumentParser(prog="olmpipe baseline", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--config", help="config YAML (default config/config.yaml)")
+    parser.add_argument("--model", help="model folder (default: the config's model, results/model/tiny when embedded)")
+    parser.add_argument("--pages", default="results/validate/pages.jsonl", help="page index (default: %(default)s)")
+    parser.add_argument("--tests", default="results/validate/tests", help="validated tests (default: %(default)s)")
+    parser.add_argument("--out", help="output folder (default: results/baseline/<model.name>)")
+    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default: %(default)s)")
+    parser.add_argument("--backend", choices=["transformers", "vllm", "openai"], help="overrides generation.backend")
+    parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    overrides: dict[str, Any] = {}
+    if args.backend:
+        overrides["generation"] = {"backend": args.backend}
+    if args.no_progress:
+        overrides["baseline"] = {"progress": False}
+    try:
+        cfg = load_config(args.config, overrides)
+    except ConfigError as exc:
+        logger.error("%s", exc)
+        return 2
+    out = args.out or f"results/baseline/{cfg['model']['name']}"
+    try:
+        run_generation_and_scoring(cfg, args.model or model_dir(cfg), args.pages, args.tests, out, args.threads)
+    except (BaselineError, GenerationError) as exc:
+        logger.error("%s", exc)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,237 @@
+"""The checks of the text test types (present, absent, order, baseline, format, footnote).
+
+Each ``check_<type>(test, page)`` takes a test from :mod:`olmpipe.bench.model` and a
+:class:`~olmpipe.bench.normalize.PageText` and returns ``(passed, reason)`` with the reference's
+verdict (olmocr 0.4.27 ``tests.py``; ``format``/``footnote`` from olmocr main). Table checks live in
+:mod:`olmpipe.bench.tables`; math goes to ``olmpipe.bench.mathtest``.
+
+Speed-ups that cannot change a verdict: an exact substring hit short-cuts ``partial_ratio`` (it
+would return 100); ``order`` tests with ``max_diffs == 0`` use ``str.find``/``rfind`` (fuzzysearch
+returns exactly the exact occurrences then); alphanumeric counts stop as soon as the answer is known.
+"""
+
+from __future__ import annotations
+
+import re
+from itertools import islice
+
+from rapidfuzz import fuzz
+
+from olmpipe.bench.normalize import normalize_text
+from olmpipe.bench.repeat import ngram_repeats
+
+_IMAGE_TAG = re.compile(r"!\[.*?\]\(.*?\)")
+_DISALLOWED = re.compile(
+    "["
+    "\u4e00-\u9fff"  # CJK unified ideographs
+    "\u3040-\u309f"  # Hiragana
+    "\u30a0-\u30ff"  # Katakana
+    "\U0001f600-\U0001f64f"  # emoticons
+    "\U0001f300-\U0001f5ff"  # misc symbols and pictographs
+    "\U0001f680-\U0001f6ff"  # transport and map symbols
+    "\U0001f1e0-\U0001f1ff"  # regional indicators (flags)
+    "]"
+)
+
+
+def _partial_ratio(query: str, content: str) -> float:
+    if query and query in content:
+        return 1.0
+    return fuzz.partial_ratio(query, content) / 100.0
+
+
+def check_presence(test, page) -> tuple[bool, str]:
+    """``present`` / ``absent``: fuzzy substring search of the normalized text."""
+    query = test._query
+    content = page.normalized if test.case_sensitive else page.normalized_lower
+    first_n, last_n = test.first_n, test.last_n
+    if first_n and last_n:
+        content = content[:first_n] + content[-last_n:]
+    elif first_n:
+        content = content[:first_n]
+    elif last_n:
+        content = content[-last_n:]
+    threshold = 1.0 - (test.max_diffs / (len(query) if len(query) > 0 else 1))
+    best = _partial_ratio(query, content)
+    if test.type == "present":
+        if best >= threshold:
+            return True, ""
+        return False, f"Expected '{query[:40]}...' with threshold {threshold} but best match ratio was {best:.3f}"
+    if best < threshold:
+        return True, ""
+    return False, (f"Expected absence of '{query[:40]}...' with threshold {threshold} "
+                   f"but best match ratio was {best:.3f}")
+
+
+def _starts(pattern: str, content: str, max_diffs: int) -> tuple[int, int] | None:
+    """(first, last) start of fuzzysearch's near matches of ``pattern``, or None when there is none."""
+    if max_diffs == 0:
+        first = content.find(pattern)
+        return None if first < 0 else (first, content.rfind(pattern))
+    if not _may_match(pattern, content, max_diffs):
+        return None
+    from fuzzysearch import find_near_matches
+
+    matches = find_near_matches(pattern, content, max_l_dist=max_diffs)
+    if not matches:
+        return None
+    starts = [m.start for m in matches]
+    return min(starts), max(starts)
+
+
+def _may_match(pattern: str, content: str, max_diffs: int) -> bool:
+    """False when fuzzysearch provably finds nothing: for patterns of >= 3 (max_diffs + 1)
+    characters it only reports matches grown from an exact occurrence of one of its n-grams of
+    ``len // (max_diffs + 1)`` characters, so if none occurs there is no match."""
+    n = len(pattern) // (max_diffs + 1)
+    if n < 3:
+        return True
+    return any(pattern[i:i + n] in content for i in range(0, len(pattern) - n + 1, n))
+
+
+def _order_shortcut(before: str, after: str, content: str) -> bool:
+    """True when the verdict is certainly "pass" without a fuzzy search.
+
+    Every exact occurrence is a distance-0 match, and fuzzysearch keeps one distance-0 match (an
+    exact occurrence) of each group of overlapping matches; so the first reported 'before' start is
+    at most the last exact occurrence of 'before', and the last reported 'after' start at least
+    the first exact occurrence of 'after'.
+    """
+    last_before = content.rfind(before)
+    first_after = content.find(after)
+    return 0 <= last_before < first_after
+
+
+def check_order(test, page) -> tuple[bool, str]:
+    """``order``: some near match of ``before`` starts before some near match of ``after``."""
+    content = page.normalized
+    if test.max_diffs and _order_shortcut(test._before, test._after, content):
+        return True, ""
+    before = _starts(test._before, content, test.max_diffs)
+    if before is None:
+        return False, f"'before' text '{test._before[:40]}...' not found with max_l_dist {test.max_diffs}"
+    after = _starts(test._after, content, test.max_diffs)
+    if after is None:
+        return False, f"'after' text '{test._after[:40]}...' not found with max_l_dist {test.max_diffs}"
+    if before[0] < after[1]:
+        return True, ""
+    return False, f"Could not find a location where '{test._before[:40]}...' appears before '{test._after[:40]}...'."
+
+
+def _alnum_count_exceeds(text: str, limit: int) -> tuple[bool, int]:
+    """(count > limit, count up to limit + 1) of alphanumeric characters, stopping early."""
+    count = sum(1 for _ in islice(filter(str.isalnum, text), limit + 1))
+    return count > limit, count
+
+
+def check_baseline(test, page) -> tuple[bool, str]:
+    """``baseline``: blank-page length check, or non-empty + no repetition loop + allowed scripts."""
+    content = page.raw
+    if test.max_length is not None:
+        if test.max_length_skips_image_alt_tags:
+            content = _IMAGE_TAG.sub("", content)
+        too_long, _ = _alnum_count_exceeds(content, test.max_length)
+        if too_long:
+            total = sum(map(str.isalnum, content))
+            return False, f"{total} characters were output for a page we expected to be blank"
+        return True, ""
+    if not any(map(str.isalnum, content)):
+        return False, "The text contains no alpha numeric characters"
+    for index, count in enumerate(ngram_repeats(content, 5)):
+        if count > test.max_repeats:
+            return False, f"Text ends with {count} repeating {index + 1}-grams, invalid"
+    if test.check_disallowed_characters:
+        found = [m.group() for m in islice(_DISALLOWED.finditer(content), 20)]
+        if found:
+            return False, f"Text contains disallowed characters {found}"
+    return True, ""
+
+
+# ------------------------------------------------------------------------- format (olmocr main)
+_HEADING_MD = re.compile(r"^#{1,6}\s+(.+?)$", re.MULTILINE)
+_HEADING_HTML = re.compile(r"<h[1-6][^>]*>(.*?)</h[1-6]>", re.IGNORECASE | re.DOTALL)
+_FORMAT_PATTERNS = {
+    "heading": (_HEADING_MD, _HEADING_HTML),
+    "bold": (
+        re.compile(r"\*\*(.*?)\*\*", re.DOTALL),
+        re.compile(r"__(.*?)__", re.DOTALL),
+        re.compile(r"<b[^>]*>(.*?)</b>", re.IGNORECASE | re.DOTALL),
+        re.compile(r"<strong[^>]*>(.*?)</strong>", re.IGNORECASE | re.DOTALL),
+    ),
+    "italic": (
+        re.compile(r"(?<!\*)\*(?!\*)(.*?)(?<!\*)\*(?!\*)", re.DOTALL),
+        re.compile(r"(?<!_)_(?!_)(.*?)(?<!_)_(?!_)", re.DOTALL),
+        re.compile(r"<i[^>]*>(.*?)</i>", re.IGNORECASE | re.DOTALL),
+        re.compile(r"<em[^>]*>(.*?)</em>", re.IGNORECASE | re.DOTALL),
+    ),
+}
+
+
+def check_format(test, page) -> tuple[bool, str]:
+    """``format``: ``text`` occurs (fuzzily) inside a heading / bold / italic span of the page."""
+    spans = [m for pattern in _FORMAT_PATTERNS[test.format] for m in pattern.findall(page.raw)]
+    spans = [normalize_text(s) for s in spans]
+    if not test.case_sensitive:
+        spans = [s.lower() for s in spans]
+    query = test._query
+    threshold = 1.0 - (test.max_diffs / (len(query) if len(query) > 0 else 1))
+    for span in spans:
+        if fuzz.partial_ratio(query, span) / 100.0 >= threshold:
+            return True, ""
+    if spans:
+        sample = ", ".join(f"'{s[:20]}...'" if len(s) > 20 else f"'{s}'" for s in spans[:3])
+        found = f"Found {test.format} text: {sample}"
+    else:
+        found = f"No {test.format} formatted text found"
+    return False, f"Text '{test.text[:40]}...' not found with {test.format} formatting. {found}"
+
+
+# ----------------------------------------------------------------------- footnote (olmocr main)
+_SUPERSCRIPT_DIGITS = str.maketrans("0123456789", "\u2070\u00b9\u00b2\u00b3\u2074\u2075\u2076\u2077\u2078\u2079")
+_FOOTNOTE_WINDOW = 200
+
+
+def _alnum_lower(text: str) -> str:
+    return "".join(c for c in normalize_text(text) if c.isalnum()).lower()
+
+
+def _marker_spans(marker: str, content: str) -> list[tuple[int, int]]:
+    escaped = re.escape(marker)
+    spans = [m.span() for m in re.finditer(rf"\[\^{escaped}\](?!:)", content)]
+    spans += [m.span() for m in re.finditer(rf"<sup[^>]*>{escaped}</sup>", content, re.IGNORECASE)]
+    if marker.isascii() and marker.isdigit():
+        spans += [m.span() for m in re.finditer(re.escape(marker.translate(_SUPERSCRIPT_DIGITS)), content)]
+    return spans
+
+
+def _near_marker(target: str, spans, content: str, max_diffs: int, before: bool) -> bool:
+    clean_target = _alnum_lower(target)
+    threshold = 1.0 - (max_diffs / (len(target) if len(target) > 0 else 1))
+    for start, end in spans:
+        window = content[max(0, start - _FOOTNOTE_WINDOW):start] if before else content[end:end + _FOOTNOTE_WINDOW]
+        clean = _alnum_lower(window)
+        if not clean:
+            continue
+        n = min(len(clean), len(clean_target) * 2)
+        if n > 0:
+            clean = clean[-n:] if before else clean[:n]
+        if fuzz.partial_ratio(clean_target, clean) / 100.0 >= threshold:
+            return True
+    return False
+
+
+def check_footnote(test, page) -> tuple[bool, str]:
+    """``footnote``: the marker occurs, with the given text right before / after one occurrence."""
+    content = page.raw
+    spans = _marker_spans(test.marker, content)
+    if not spans:
+        return False, (f"Footnote marker '{test.marker}' not found as [^{test.marker}], "
+                       f"<sup>{test.marker}</sup>, or superscript")
+    before_text = normalize_text(test.appears_before_marker) if test.appears_before_marker else None
+    after_text = normalize_text(test.appears_after_marker) if test.appears_after_marker else None
+    failures = []
+    if before_text and not _near_marker(before_text, spans, content, test.max_diffs, before=True):
+        failures.append(f"Text '{before_text[:40]}...' not found before any occurrence of marker '{test.marker}'")
+    if after_text and not _near_marker(after_text, spans, content, test.max_diffs, before=False):
+        failures.append(f"Text '{after_text[:40]}...' not found after any occurrence of marker '{test.marker}'")
+    return (False, "; ".join(failures)) if failures else (True, "")

@@ -1,0 +1,140 @@
+"""Stage 5, evaluate: did training help, where, and is the difference real?
+
+    python -m olmpipe.evaluate --config config/config.yaml
+    olmpipe evaluate --compare-only          # compare existing run folders only
+    olmpipe evaluate --table results/evaluate/comparison.json   # print the console table again
+
+Two steps:
+
+1. generate the eval pages with the trained (souped) model and score them, through the very
+   function the baseline stage uses (:func:`olmpipe.baseline.run_generation_and_scoring`) with the
+   same config sections (``generation``, ``baseline``), so both runs share every setting; the
+   output folder ``results/evaluate/<model name>/`` has the baseline's layout;
+2. compare it with ``results/baseline/<model name>/`` (:mod:`olmpipe.compare`): overall, per test
+   type and per JSONL category, bootstrap intervals, a paired sign-flip test and the
+   reward-hacking guards, written to ``results/evaluate/comparison.json`` and ``.csv``. The
+   console (and the Snakemake log) ends with a short table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from olmpipe.compare import (
+    CompareSettings,
+    Comparison,
+    ComparisonError,
+    compare_runs,
+    format_table,
+    load_run,
+    read_comparison,
+    write_comparison,
+)
+
+log = logging.getLogger(__name__)
+
+#: Package code whose edits rerun the evaluate stage's generation (rule ``evaluate_generate``):
+#: the baseline's generation and scoring path, ``olmpipe.baseline.BASELINE_CODE`` (a test checks
+#: they agree; not imported here so that comparing never loads the generation stack). This module
+#: is left out: it only names the run.
+GENERATE_CODE = ("olmpipe.baseline", "olmpipe.generate", "olmpipe.prompts", "olmpipe.bench")
+#: Package code whose edits rerun the comparison (rule ``evaluate_compare``).
+COMPARE_CODE = ("olmpipe.evaluate", "olmpipe.compare", "olmpipe.stats", "olmpipe.guards")
+
+SOUP_MODEL = "results/train/soup/model"
+COMPARISON_JSON = "results/evaluate/comparison.json"
+COMPARISON_CSV = "results/evaluate/comparison.csv"
+
+
+def trained_name(cfg: Mapping[str, Any]) -> str:
+    """Display name of the trained model in tables and the report."""
+    return f"{cfg['model']['name']}+grpo"
+
+
+def generate_trained(
+    cfg: Mapping[str, Any],
+    model_path: str | Path,
+    pages_index: str | Path,
+    tests_dir: str | Path,
+    out_dir: str | Path,
+    threads: int = 1,
+) -> Any:
+    """Generate and score the eval pages with the trained model exactly as the baseline stage does."""
+    from olmpipe.baseline import run_generation_and_scoring
+
+    return run_generation_and_scoring(
+        cfg, model_path, pages_index, tests_dir, out_dir, threads, model_name=trained_name(cfg)
+    )
+
+
+def compare_folders(
+    cfg: Mapping[str, Any],
+    baseline_dir: str | Path,
+    trained_dir: str | Path,
+    json_path: str | Path = COMPARISON_JSON,
+    csv_path: str | Path = COMPARISON_CSV,
+) -> Comparison:
+    """Compare two scored run folders with the config's ``evaluate`` settings and write the files."""
+    settings = CompareSettings.from_config(cfg)
+    comparison = compare_runs(
+        load_run(baseline_dir, cfg["model"]["name"]), load_run(trained_dir, trained_name(cfg)), settings
+    )
+    write_comparison(comparison, json_path, csv_path)
+    log.info("comparison written to %s and %s", json_path, csv_path)
+    return comparison
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command line of the evaluate stage (see the module docstring)."""
+    from olmpipe.config import ConfigError, load_config
+
+    parser = argparse.ArgumentParser(prog="olmpipe evaluate", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--config", help="config YAML (default config/config.yaml)")
+    parser.add_argument("--model", default=SOUP_MODEL, help="trained model folder (default: %(default)s)")
+    parser.add_argument("--pages", default="results/validate/pages.jsonl", help="page index (default: %(default)s)")
+    parser.add_argument("--tests", default="results/validate/tests", help="validated tests (default: %(default)s)")
+    parser.add_argument("--baseline", help="baseline run folder (default: results/baseline/<model.name>)")
+    parser.add_argument("--out", help="trained run folder (default: results/evaluate/<model.name>)")
+    parser.add_argument("--json", default=COMPARISON_JSON, help="comparison JSON (default: %(default)s)")
+    parser.add_argument("--csv", default=COMPARISON_CSV, help="comparison CSV (default: %(default)s)")
+    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default: %(default)s)")
+    parser.add_argument("--compare-only", action="store_true", help="skip generation; compare existing folders")
+    parser.add_argument("--table", metavar="JSON", help="only print the console table of a comparison.json")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        if args.table:
+            sys.stdout.write(format_table(read_comparison(args.table)) + "\n")
+            return 0
+        cfg = load_config(args.config)
+    except (ConfigError, ComparisonError) as exc:
+        log.error("%s", exc)
+        return 2 if isinstance(exc, ConfigError) else 1
+    name = cfg["model"]["name"]
+    baseline_dir = args.baseline or f"results/baseline/{name}"
+    out_dir = args.out or f"results/evaluate/{name}"
+    try:
+        if not args.compare_only:
+            from olmpipe.baseline import BaselineError
+            from olmpipe.generate import GenerationError
+
+            try:
+                generate_trained(cfg, args.model, args.pages, args.tests, out_dir, args.threads)
+            except (BaselineError, GenerationError) as exc:
+                log.error("%s", exc)
+                return 1
+        comparison = compare_folders(cfg, baseline_dir, out_dir, args.json, args.csv)
+    except ComparisonError as exc:
+        log.error("%s", exc)
+        return 1
+    sys.stdout.write(format_table(comparison.to_json()) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

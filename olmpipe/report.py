@@ -1,0 +1,383 @@
+"""The self-contained HTML report of a training run: did it get better, where, and is it real?
+
+One page (``results/report/index.html``, no external files: plots and page images are embedded
+as base64) with the headline difference and its interval, the reward-hacking warnings, the score
+table (overall, per test type, per JSONL category), the plots, the guards, a sample of pages
+(page image next to both outputs, with each test's verdict), the run configuration and the
+software versions.
+
+    python -m olmpipe.report --comparison results/evaluate/comparison.json \\
+        --plots results/report/plots --pages results/validate/pages.jsonl \\
+        --tests results/validate/tests --out results/report/index.html
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import io
+import json
+import logging
+import math
+import platform
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from html import escape
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from olmpipe.compare import ComparisonError, load_generations, read_comparison
+from olmpipe.report_html import CSS, PAGE_TEMPLATE
+
+log = logging.getLogger(__name__)
+
+#: Package code whose edits rerun the plots and the HTML page (rules ``report_plots``, ``report_html``).
+REPORT_CODE = ("olmpipe.report", "olmpipe.report_html", "olmpipe.plots")
+SOFTWARE = ("olmpipe", "torch", "transformers", "trl", "accelerate", "snakemake", "vllm", "pypdfium2",
+            "numpy", "matplotlib", "rapidfuzz")  # fmt: skip
+PLOT_CAPTIONS = {
+    "rewards": "Mean GRPO reward per training step for each seed (solid: total of all reward functions; "
+    "dashed: the unit-test reward alone, the share of tests passed); circles mark the last step of each "
+    "seed (the weights averaged into the soup); dash-dot: the soup's overall eval score, dotted: the baseline's.",
+    "type_rates": "Share of tests passed per test type and overall, baseline vs trained, with bootstrap intervals.",
+    "page_change": "Per eval page: change in the share of its tests passed (top) and change in output "
+    "length (bottom; red marks pages flagged by a guard).",
+}
+
+
+@dataclass(frozen=True)
+class ReportSettings:
+    """Config section ``report``."""
+
+    sample_pages: int = 6
+    image_width: int = 480
+    max_chars: int = 4000
+
+    @classmethod
+    def from_config(cls, cfg: Mapping[str, Any]) -> ReportSettings:
+        r = cfg["report"]
+        return cls(sample_pages=r["sample_pages"], image_width=r["image_width"], max_chars=r["max_chars"])
+
+
+def software_versions() -> dict[str, str]:
+    """Installed versions of the packages that shape the results (``not installed`` if absent)."""
+    out = {"python": platform.python_version()}
+    for name in SOFTWARE:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = "not installed"
+    return out
+
+
+def select_pages(pages: Sequence[Mapping[str, Any]], n: int) -> list[Mapping[str, Any]]:
+    """Up to ``n`` pages: half the largest gains, half the largest losses, then the rest by |change|."""
+    def name(p: Mapping[str, Any]) -> tuple[str, int]:
+        return (p["pdf"], p["page"])
+
+    gains = sorted((p for p in pages if p["change"] > 0), key=lambda p: (-p["change"], name(p)))
+    losses = sorted((p for p in pages if p["change"] < 0), key=lambda p: (p["change"], name(p)))
+    chosen = gains[: math.ceil(n / 2)] + losses[: n // 2]
+    rest = sorted((p for p in pages if p not in chosen), key=lambda p: (-abs(p["change"]), name(p)))
+    return chosen + rest[: max(0, n - len(chosen))]
+
+
+def embed_png(path: str | Path, width: int | None = None) -> str:
+    """A ``data:`` URI of the PNG at ``path``, downscaled to ``width`` pixels when wider."""
+    data = Path(path).read_bytes()
+    if width is not None:
+        from PIL import Image
+
+        with Image.open(io.BytesIO(data)) as img:
+            if img.width > width:
+                img = img.resize((width, max(1, round(img.height * width / img.width))))
+                buf = io.BytesIO()
+                img.save(buf, format="PNG", optimize=True)
+                data = buf.getvalue()
+    return "data:image/png;base64," + base64.b64encode(data).decode("ascii")
+
+
+def describe_tests(tests_dir: str | Path | None) -> dict[str, str]:
+    """Test id -> a short description of what the test checks, from the validated test files."""
+    out: dict[str, str] = {}
+    if tests_dir is None or not Path(tests_dir).is_dir():
+        return out
+    for path in sorted(Path(tests_dir).glob("*.jsonl")):
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # validated files are clean; a bad line only loses its description
+            if not isinstance(rec, dict) or "id" not in rec:
+                continue
+            if rec.get("type") == "order":
+                text = f"{rec.get('before')!r} before {rec.get('after')!r}"
+            elif rec.get("type") == "table":
+                extra = [f"{k}={rec[k]!r}" for k in ("up", "down", "left", "right", "top_heading", "left_heading")
+                         if rec.get(k)]  # fmt: skip
+                text = " ".join([f"cell {rec.get('cell')!r}", *extra])
+            elif rec.get("type") == "baseline":
+                text = f"plain text, max_length={rec.get('max_length')}"
+            else:
+                text = repr(rec.get("text", rec.get("math", "")))
+            out[str(rec["id"])] = text if len(text) <= 160 else text[:157] + "..."
+    return out
+
+
+def _pct(x: float | None, signed: bool = False) -> str:
+    if x is None:
+        return "-"
+    return f"{100 * x:+.1f}" if signed else f"{100 * x:.1f}%"
+
+
+def _ci(ci: Sequence[float], signed: bool = False) -> str:
+    return f"[{_pct(ci[0], signed)}, {_pct(ci[1], signed)}]"
+
+
+def headline(comparison: Mapping[str, Any]) -> str:
+    """One sentence: the overall difference, its interval, the paired test and what they say."""
+    r = next(r for r in comparison["rows"] if r["scope"] == "overall")
+    level = round(100 * comparison["settings"]["ci_level"])
+    alpha = 1 - comparison["settings"]["ci_level"]
+    real = r["p_value"] < alpha and not (r["difference_ci"][0] <= 0 <= r["difference_ci"][1])
+    verdict = (
+        f"The difference is unlikely to be chance (p &lt; {alpha:.2g} and the interval excludes 0)."
+        if real else
+        "The difference could be chance at this sample size (the interval includes 0 or p is large)."
+    )  # fmt: skip
+    return (
+        f"Overall olmOCR-Bench score {_pct(r['baseline'])} &rarr; <b>{_pct(r['trained'])}</b> "
+        f"({_pct(r['difference'], True)} points, {level}% CI {_ci(r['difference_ci'], True)}, "
+        f"paired sign-flip p = {r['p_value']:.3g}, {r['test_method']}; {r['tests']} tests). {verdict}"
+    )
+
+
+def _scores_table(comparison: Mapping[str, Any]) -> str:
+    level = round(100 * comparison["settings"]["ci_level"])
+    head = ("<tr><th>scope</th><th>name</th><th>tests</th><th>baseline</th><th>trained</th>"
+            f"<th>difference (points)</th><th>{level}% CI of difference</th><th>p (paired)</th>"
+            "<th>gained</th><th>lost</th></tr>")  # fmt: skip
+    body = []
+    for r in comparison["rows"]:
+        cls = "pos" if r["difference_ci"][0] > 0 else "neg" if r["difference_ci"][1] < 0 else ""
+        body.append(
+            f"<tr class='{r['scope']}'><td>{escape(r['scope'])}</td><td>{escape(r['name'])}</td>"
+            f"<td>{r['tests']}</td>"
+            f"<td>{_pct(r['baseline'])} <small>{_ci(r['baseline_ci'])}</small></td>"
+            f"<td>{_pct(r['trained'])} <small>{_ci(r['trained_ci'])}</small></td>"
+            f"<td class='{cls}'>{_pct(r['difference'], True)}</td><td>{_ci(r['difference_ci'], True)}</td>"
+            f"<td>{r['p_value']:.3g} <small>{escape(r['test_method'])}</small></td>"
+            f"<td>{r['gained']}</td><td>{r['lost']}</td></tr>"
+        )
+    return f"<table>{head}{''.join(body)}</table>"
+
+
+def _guards_section(guards: Mapping[str, Any]) -> str:
+    g, length, eos = guards["gains"], guards["length"], guards["eos"]
+    share = g["absent_share_of_gains"]
+
+    def pages(items: Sequence[Mapping[str, Any]]) -> str:
+        if not items:
+            return "none"
+        return ", ".join(f"{escape(i['pdf'])} p{i['page']} (repeats {i['repeats']})" for i in items)
+
+    ratio = length["median_page_ratio"]
+    rows = [
+        ("mean output length (characters)",
+         f"{length['baseline_mean_chars']:.0f} &rarr; {length['trained_mean_chars']:.0f}"
+         + (f"; median page ratio {ratio:.2f}" if ratio is not None else "")),
+        ("pages with length change beyond the limit",
+         ", ".join(f"{escape(p['pdf'])} p{p['page']} ({p['ratio']:.2f}x)" for p in length["pages_outside_limit"])
+         or "none"),
+        ("tests gained / lost", f"{g['gained']} / {g['lost']}"),
+        ("gained by type", escape(json.dumps(g["gained_by_type"])) or "-"),
+        ("lost by type", escape(json.dumps(g["lost_by_type"])) or "-"),
+        ("share of gains from <code>absent</code> tests", _pct(share)),
+        ("pages whose output became empty", pages(guards["became_empty"])),
+        ("pages that lost their front matter", pages(guards["lost_front_matter"])),
+        ("EOS rate (ended on EOS, not the length limit)", f"{_pct(eos['baseline_rate'])} &rarr; {_pct(eos['trained_rate'])}"),
+        ("failed generations", f"{eos['baseline_failed']} &rarr; {eos['trained_failed']} of {eos['generations']}"),
+    ]  # fmt: skip
+    return "<table class='kv'>" + "".join(f"<tr><th>{k}</th><td>{v}</td></tr>" for k, v in rows) + "</table>"
+
+
+def _first_texts(run_dir: str | Path | None) -> dict[tuple[str, int], tuple[str, int]]:
+    """(pdf, page) -> (text of the lowest repeat, number of repeats) of a run's generations."""
+    if run_dir is None or not (Path(run_dir) / "generations.jsonl").is_file():
+        return {}
+    out: dict[tuple[str, int], tuple[int, str, int]] = {}
+    for g in load_generations(Path(run_dir) / "generations.jsonl"):
+        key = (g.pdf, g.page)
+        repeat, text, n = out.get(key, (g.repeat, g.text, 0))
+        out[key] = (repeat, text, n + 1) if repeat <= g.repeat else (g.repeat, g.text, n + 1)
+    return {k: (text, n) for k, (_, text, n) in out.items()}
+
+
+def _page_images(pages_index: str | Path | None) -> dict[tuple[str, int], str]:
+    if pages_index is None or not Path(pages_index).is_file():
+        return {}
+    out = {}
+    for line in Path(pages_index).read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            rec = json.loads(line)
+            out[(rec["pdf"], int(rec["page"]))] = rec["image"]
+    return out
+
+
+def _text_block(text: str | None, repeats: int, max_chars: int) -> str:
+    if text is None:
+        return "<p class='muted'>no generation found</p>"
+    shown = text if len(text) <= max_chars else text[:max_chars]
+    note = f" (first {max_chars} of {len(text)} characters)" if len(text) > max_chars else ""
+    empty = "<p class='warn'>empty output</p>" if not text.strip() else ""
+    return f"<p class='muted'>repeat shown: first of {repeats}{note}</p>{empty}<pre>{escape(shown)}</pre>"
+
+
+def _verdict(passes: int, repeats: int, passed: bool) -> str:
+    return f"<span class='{'ok' if passed else 'bad'}'>{'pass' if passed else 'fail'} {passes}/{repeats}</span>"
+
+
+def _page_samples(comparison, settings, pages_index, baseline_dir, trained_dir, descriptions) -> str:
+    chosen = select_pages(comparison["pages"], settings.sample_pages)
+    if not chosen:
+        return "<p class='muted'>no pages sampled</p>"
+    images = _page_images(pages_index)
+    base_texts, trained_texts = _first_texts(baseline_dir), _first_texts(trained_dir)
+    blocks = []
+    for p in chosen:
+        key = (p["pdf"], p["page"])
+        image = images.get(key)
+        if image and Path(image).is_file():
+            img_html = f"<img src='{embed_png(image, settings.image_width)}' alt='page image'>"
+        else:
+            img_html = f"<p class='muted'>page image not found{': ' + escape(image) if image else ''}</p>"
+        flags = []
+        if p["became_empty_repeats"]:
+            flags.append(f"output became empty (repeats {p['became_empty_repeats']})")
+        if p["lost_front_matter_repeats"]:
+            flags.append(f"front matter lost (repeats {p['lost_front_matter_repeats']})")
+        if p["length_outside_limit"]:
+            flags.append(f"length ratio {p['length_ratio']:.2f}")
+        rows = []
+        for t in (t for t in comparison["tests"] if (t["pdf"], t["page"]) == key):
+            reason = (f"trained: {t['trained_reason']}" if t["trained_reason"] and not t["trained_passed"]
+                      else f"baseline: {t['baseline_reason']}" if t["baseline_reason"]
+                      else f"trained: {t['trained_reason']}" if t["trained_reason"] else "")  # fmt: skip
+            rows.append(
+                f"<tr><td>{escape(t['test_id'])}</td><td>{escape(t['type'])}</td>"
+                f"<td>{escape(descriptions.get(t['test_id'], ''))}</td>"
+                f"<td>{_verdict(t['baseline_passes'], t['baseline_repeats'], t['baseline_passed'])}</td>"
+                f"<td>{_verdict(t['trained_passes'], t['trained_repeats'], t['trained_passed'])}</td>"
+                f"<td><small>{escape(reason[:200])}</small></td></tr>"
+            )
+        b_text, b_n = base_texts.get(key, (None, 0))
+        t_text, t_n = trained_texts.get(key, (None, 0))
+        blocks.append(
+            f"<section class='page'><h3>{escape(p['pdf'])} page {p['page']}: "
+            f"{p['baseline_passed']}/{p['tests']} &rarr; {p['trained_passed']}/{p['tests']} tests passed "
+            f"({_pct(p['change'], True)} points)</h3>"
+            + (f"<p class='warn'>{escape('; '.join(flags))}</p>" if flags else "")
+            + "<div class='cols'>"
+            f"<div><h4>page</h4>{img_html}</div>"
+            f"<div><h4>baseline: {escape(comparison['baseline']['name'])}</h4>{_text_block(b_text, b_n, settings.max_chars)}</div>"
+            f"<div><h4>trained: {escape(comparison['trained']['name'])}</h4>{_text_block(t_text, t_n, settings.max_chars)}</div>"
+            "</div><table class='tests'><tr><th>test</th><th>type</th><th>checks</th><th>baseline</th>"
+            f"<th>trained</th><th>reason (first failing repeat of the run named)</th></tr>{''.join(rows)}</table></section>"
+        )
+    return "".join(blocks)
+
+
+def build_report(
+    comparison: Mapping[str, Any],
+    plots: Mapping[str, str | Path],
+    settings: ReportSettings,
+    config: Mapping[str, Any] | None = None,
+    pages_index: str | Path | None = None,
+    tests_dir: str | Path | None = None,
+    baseline_dir: str | Path | None = None,
+    trained_dir: str | Path | None = None,
+) -> str:
+    """The report as one HTML string (see the module docstring for its sections).
+
+    Run folders default to the ``dir`` recorded in the comparison.
+    """
+    baseline_dir = baseline_dir or comparison["baseline"]["dir"]
+    trained_dir = trained_dir or comparison["trained"]["dir"]
+    warnings = comparison["guards"]["warnings"]
+    warn_html = (
+        "<div class='warnbox'><b>Reward-hacking guards:</b><ul>"
+        + "".join(f"<li>{escape(w)}</li>" for w in warnings) + "</ul></div>"
+        if warnings else "<p class='ok'>No reward-hacking guard fired.</p>"
+    )  # fmt: skip
+    figures = "".join(
+        f"<figure><img src='{embed_png(path)}' alt='{escape(name)}'>"
+        f"<figcaption>{escape(PLOT_CAPTIONS.get(name, name))}</figcaption></figure>"
+        for name, path in plots.items()
+    )
+    versions = software_versions()
+    settings_json = escape(json.dumps(comparison["settings"], indent=1))
+    return PAGE_TEMPLATE.format(
+        css=CSS,
+        title=escape(f"{comparison['trained']['name']} vs {comparison['baseline']['name']}"),
+        generated=datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        headline=headline(comparison),
+        warnings=warn_html,
+        scores=_scores_table(comparison),
+        figures=figures or "<p class='muted'>no plots</p>",
+        guards=_guards_section(comparison["guards"]),
+        samples=_page_samples(comparison, settings, pages_index, baseline_dir, trained_dir, describe_tests(tests_dir)),
+        runs=escape(f"baseline: {baseline_dir}\ntrained:  {trained_dir}"),
+        stats=settings_json,
+        config=escape(yaml.safe_dump(dict(config), sort_keys=False)) if config else "(not recorded)",
+        versions="".join(f"<tr><th>{escape(k)}</th><td>{escape(v)}</td></tr>" for k, v in versions.items()),
+    )
+
+
+def write_report(out: str | Path, **kwargs: Any) -> Path:
+    """Build the report (:func:`build_report` arguments) and write it to ``out``."""
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(build_report(**kwargs), encoding="utf-8")
+    log.info("report written to %s (%.0f kB)", out, out.stat().st_size / 1024)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m olmpipe.report``: plots + HTML report from an existing comparison."""
+    from olmpipe.config import load_config
+    from olmpipe.plots import write_plots
+
+    parser = argparse.ArgumentParser(prog="olmpipe report", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--config", default=None, help="config YAML (default config/config.yaml)")
+    parser.add_argument("--comparison", default="results/evaluate/comparison.json")
+    parser.add_argument("--metrics", nargs="*", default=None,
+                        help="training metrics.jsonl files (default results/train/seed*/metrics.jsonl)")
+    parser.add_argument("--plots", default="results/report/plots", help="folder the PNGs are written to")
+    parser.add_argument("--pages", default="results/validate/pages.jsonl", help="page index (page images)")
+    parser.add_argument("--tests", default="results/validate/tests", help="validated test files")
+    parser.add_argument("--out", default="results/report/index.html")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        cfg = load_config(args.config)
+        comparison = read_comparison(args.comparison)
+        metrics = args.metrics
+        if metrics is None:
+            metrics = sorted(str(p) for p in Path("results/train").glob("seed*/metrics.jsonl"))
+        labelled = {Path(m).parent.name: m for m in metrics}
+        plots = write_plots(comparison, labelled, args.plots)
+        write_report(args.out, comparison=comparison, plots=plots, settings=ReportSettings.from_config(cfg),
+                     config=cfg, pages_index=args.pages, tests_dir=args.tests)  # fmt: skip
+    except (ComparisonError, OSError, ValueError) as exc:
+        log.error("%s", exc)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

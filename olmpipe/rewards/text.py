@@ -1,0 +1,84 @@
+"""Turning what TRL hands a reward function into the text that gets scored.
+
+TRL passes ``completions`` as plain strings (standard prompts) or as lists of assistant messages
+(conversational prompts, the case of the multimodal OCR dataset); a reward must also survive
+``None`` and bytes from user code. :func:`completion_text` reduces all of these to one string, and
+:func:`scored_text` applies the configured choice of which part of an answer the unit tests see.
+
+Which text is scored (``rewards.score_text``):
+
+- ``full``: the whole answer, YAML front matter included. This is what olmOCR's own GRPO reward
+  (``olmocr.train.grpo_train.olmocr_bench_reward``) scores, so the reward values match olmOCR 2's
+  recipe; a model is then also judged on whether its front matter gets in the way of ``absent`` or
+  ``order`` tests.
+- ``page_text``: only the page text below the front matter (:func:`olmpipe.prompts.parse_page_output`),
+  which is what olmOCR-Bench scores when it evaluates the pipeline's markdown files.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+SCORE_TEXT_CHOICES = ("full", "page_text")
+
+
+def completion_text(completion: Any) -> str | None:
+    """The text of one completion, or None when there is none to score.
+
+    >>> completion_text([{"role": "assistant", "content": "hello"}])
+    'hello'
+    >>> completion_text("plain") , completion_text(None)
+    ('plain', None)
+    """
+    if completion is None:
+        return None
+    if isinstance(completion, str):
+        return completion
+    if isinstance(completion, (bytes, bytearray)):
+        return bytes(completion).decode("utf-8", errors="replace")
+    if isinstance(completion, dict):
+        return _content_text(completion.get("content"))
+    if isinstance(completion, Sequence):
+        parts = [_content_text(m.get("content")) if isinstance(m, dict) else completion_text(m) for m in completion]
+        texts = [p for p in parts if p is not None]
+        return "".join(texts) if texts else None
+    return None
+
+
+def _content_text(content: Any) -> str | None:
+    """Text of a message ``content``: a string or a list of ``{"type": "text", "text": ...}`` parts."""
+    if content is None:
+        return None
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        texts = [p.get("text") for p in content if isinstance(p, dict) and isinstance(p.get("text"), str)]
+        return "".join(texts)
+    return None
+
+
+def scored_text(text: str, score_text: str) -> str:
+    """The part of an answer the unit tests score, per ``rewards.score_text`` (see the module docstring)."""
+    if score_text == "full":
+        return text
+    if score_text == "page_text":
+        from olmpipe.prompts import parse_page_output
+
+        return parse_page_output(text).text
+    raise ValueError(f"score_text must be one of {', '.join(SCORE_TEXT_CHOICES)}, got {score_text!r}")
+
+
+def column(kwargs: dict[str, Any], name: str, n: int) -> list[Any]:
+    """Dataset column ``name`` from a reward call's kwargs, as a list of length ``n`` (None-filled).
+
+    Rewards used from a user's own TRL script may run on datasets without the column; they then
+    see None for every row instead of a KeyError.
+    """
+    values = kwargs.get(name)
+    if values is None:
+        return [None] * n
+    values = list(values)
+    if len(values) < n:
+        values += [None] * (n - len(values))
+    return values[:n]

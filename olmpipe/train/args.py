@@ -1,0 +1,92 @@
+"""``GRPOConfig`` from the ``train`` config section: every recipe knob comes from the config.
+
+``train.grpo`` holds GRPOConfig's own keys and is passed through unchanged (the schema owns their
+defaults). The few arguments set here are not hyperparameters but consequences of the run:
+
+- ``output_dir``, ``seed`` / ``data_seed``: the job's folder and seed;
+- ``bf16`` / ``use_cpu``: from ``train.device`` and ``train.dtype`` (GRPOConfig's ``bf16=True``
+  default would make CPU runs ~7x slower);
+- ``report_to``: ``wandb`` unless ``train.wandb.mode`` is ``disabled``;
+- ``remove_unused_columns=False``: the dataset columns (test ids, files, pdf, page) must reach the
+  rewards;
+- ``log_completions=False``: TRL's table crashes with wandb on multimodal prompts (TRL 1.16); the
+  run writes its own table (:class:`olmpipe.train.callbacks.CompletionsTable`);
+- ``save_strategy``/``logging_strategy`` = ``steps`` and ``reward_weights`` from ``rewards.weights``.
+
+>>> from olmpipe.config import load_config
+>>> cfg = load_config()
+>>> args = grpo_config(cfg["train"], output_dir="/tmp/x", seed=0, reward_weights=[1.0], device="cpu")
+>>> args.bf16, args.num_generations, args.remove_unused_columns
+(False, 4, False)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from copy import deepcopy
+from typing import Any
+
+
+def resolve_device(device: str) -> str:
+    """``cpu`` or ``cuda`` for ``train.device`` (``auto`` picks CUDA when available)."""
+    import torch
+
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("train.device is 'cuda' but torch sees no CUDA device; set train.device: auto or cpu")
+    return device
+
+
+def resolve_dtype(dtype: str, device: str) -> str:
+    """``float32`` or ``bfloat16`` for ``train.dtype`` (``auto``: bfloat16 on CUDA, float32 on CPU)."""
+    if dtype == "auto":
+        return "bfloat16" if device == "cuda" else "float32"
+    return dtype
+
+
+def grpo_knobs(train_cfg: Mapping[str, Any], seed: int) -> dict[str, Any]:
+    """``train.grpo`` with the ``seed_overrides`` of ``seed`` applied."""
+    knobs = deepcopy(dict(train_cfg["grpo"]))
+    allowed = set(knobs)
+    for override in train_cfg["seed_overrides"]:
+        if override["seed"] != seed:
+            continue
+        unknown = sorted(set(override["grpo"]) - allowed)
+        if unknown:
+            raise ValueError(
+                f"train.seed_overrides (seed {seed}): unknown key(s) {unknown}; allowed: the keys of train.grpo"
+            )
+        knobs.update(override["grpo"])
+    return knobs
+
+
+def grpo_config(
+    train_cfg: Mapping[str, Any],
+    *,
+    output_dir: str,
+    seed: int,
+    reward_weights: list[float],
+    device: str,
+    dtype: str = "float32",
+    report_to: list[str] | None = None,
+):
+    """The ``GRPOConfig`` of one seed's run."""
+    from trl import GRPOConfig
+
+    knobs = grpo_knobs(train_cfg, seed)
+    return GRPOConfig(
+        output_dir=output_dir,
+        seed=seed,
+        data_seed=seed,
+        bf16=dtype == "bfloat16",
+        fp16=False,
+        use_cpu=device == "cpu",
+        report_to=list(report_to or []),
+        remove_unused_columns=False,
+        log_completions=False,
+        save_strategy="steps",
+        logging_strategy="steps",
+        reward_weights=list(reward_weights),
+        **knobs,
+    )

@@ -1,0 +1,218 @@
+"""Trainer callbacks of a GRPO run: local metrics files, the completions table, SIGTERM, run state.
+
+- :class:`MetricsFiles` appends every logged step to ``metrics.jsonl`` and rewrites ``metrics.csv``
+  (always, whatever wandb does). On resume the rows after the checkpoint's step are dropped first
+  (:func:`truncate_metrics`), so the file continues without duplicates.
+- :class:`CompletionsTable` writes ``completions/step{N:06d}.jsonl`` every ``completions_every``
+  steps: page, completion, each reward, the advantage and each test's verdict and reason. It reads
+  the trainer's record of the latest generation batch (TRL 1.16's ``GRPOTrainer._logs``) instead of
+  TRL's ``log_completions``, whose wandb table crashes on multimodal prompts.
+- :class:`StopOnSignal` turns SIGTERM (what SLURM sends before preemption or the time limit) into
+  "save a checkpoint after this step and stop"; the run then exits with :data:`EXIT_PREEMPTED`.
+- :class:`RunState` writes ``olmpipe_run.json`` (seed, step, wandb run id, run fingerprint) into
+  every checkpoint, so a resumed run continues the same wandb run, and only a run with the same
+  settings resumes it.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import logging
+import math
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from transformers import TrainerCallback
+
+logger = logging.getLogger(__name__)
+
+#: Exit code of a run stopped by SIGTERM after writing a checkpoint (EX_TEMPFAIL: retry later).
+EXIT_PREEMPTED = 75
+RUN_STATE_FILE = "olmpipe_run.json"
+METRICS_JSONL = "metrics.jsonl"
+METRICS_CSV = "metrics.csv"
+
+
+def _clean(value: Any) -> Any:
+    """JSON-safe scalar: NaN/inf become None, tensors and numpy scalars become floats."""
+    if hasattr(value, "item"):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def read_metrics(path: str | Path) -> list[dict[str, Any]]:
+    """The rows of a ``metrics.jsonl`` (empty when it does not exist)."""
+    path = Path(path)
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def write_metrics_csv(rows: list[dict[str, Any]], path: str | Path) -> None:
+    """Write ``rows`` as CSV; columns are the union of keys, ``step`` first."""
+    keys: list[str] = []
+    for row in rows:
+        keys += [k for k in row if k not in keys]
+    keys = ["step"] + sorted(k for k in keys if k != "step")
+    tmp = Path(f"{path}.tmp")
+    with open(tmp, "w", newline="", encoding="utf-8") as fh:
+        writer = csv.DictWriter(fh, fieldnames=keys)
+        writer.writeheader()
+        writer.writerows(rows)
+    os.replace(tmp, path)
+
+
+def truncate_metrics(run_dir: str | Path, last_step: int) -> int:
+    """Drop metric rows logged after ``last_step`` (they will be logged again on resume); returns rows kept."""
+    run_dir = Path(run_dir)
+    rows = [r for r in read_metrics(run_dir / METRICS_JSONL) if int(r.get("step", 0)) <= last_step]
+    if (run_dir / METRICS_JSONL).exists():
+        tmp = run_dir / f"{METRICS_JSONL}.tmp"
+        tmp.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+        os.replace(tmp, run_dir / METRICS_JSONL)
+        write_metrics_csv(rows, run_dir / METRICS_CSV)
+    return len(rows)
+
+
+class MetricsFiles(TrainerCallback):
+    """Every log of the trainer as one JSON line (``metrics.jsonl``) and a CSV copy (``metrics.csv``)."""
+
+    def __init__(self, run_dir: str | Path):
+        self.run_dir = Path(run_dir)
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if not state.is_world_process_zero or not logs:
+            return
+        if "train_runtime" in logs:  # the end-of-training summary, not a step
+            summary = {k: _clean(v) for k, v in logs.items()}
+            (self.run_dir / "train_summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+            return
+        row = {"step": state.global_step, "time": round(time.time(), 3)}
+        row.update({k: _clean(v) for k, v in logs.items()})
+        with open(self.run_dir / METRICS_JSONL, "a", encoding="utf-8") as fh:
+            fh.write(json.dumps(row) + "\n")
+        write_metrics_csv(read_metrics(self.run_dir / METRICS_JSONL), self.run_dir / METRICS_CSV)
+
+
+class CompletionsTable(TrainerCallback):
+    """The latest generation batch, one JSON line per completion, every ``every`` steps."""
+
+    def __init__(self, trainer: Any, run_dir: str | Path, every: int):
+        self.trainer = trainer
+        self.dir = Path(run_dir) / "completions"
+        self.every = max(1, int(every))
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if not state.is_world_process_zero or state.global_step % self.every or (logs and "train_runtime" in logs):
+            return
+        record = getattr(self.trainer, "_logs", None)
+        if not record or not record.get("completion"):
+            return
+        self.dir.mkdir(parents=True, exist_ok=True)
+        rows = self.rows(state.global_step, record)
+        path = self.dir / f"step{state.global_step:06d}.jsonl"
+        path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+
+    @staticmethod
+    def rows(step: int, record: dict[str, Any]) -> list[dict[str, Any]]:
+        """Rows of the completions table from TRL's record of the latest batch."""
+        from olmpipe.rewards.text import completion_text
+
+        completions = list(record["completion"])
+        rewards = {name: list(values) for name, values in record["rewards"].items()}
+        advantages = list(record["advantages"])
+        extra = {name: list(values) for name, values in record["extra"].items()}
+        rows = []
+        for i, completion in enumerate(completions):
+            verdicts = extra.get("bench_verdicts", [None] * len(completions))[i]
+            rows.append({
+                "step": step,
+                "page": extra.get("page_id", [None] * len(completions))[i],
+                "completion": completion_text(completion),
+                "rewards": {name: _clean(values[i]) for name, values in rewards.items() if i < len(values)},
+                "advantage": _clean(advantages[i]) if i < len(advantages) else None,
+                "verdicts": json.loads(verdicts) if isinstance(verdicts, str) else None,
+            })
+        return rows
+
+
+class SignalFlag:
+    """Set by SIGTERM; :class:`StopOnSignal` reads it between steps.
+
+    ``install()`` replaces the SIGTERM handler (main thread only) and ``restore()`` puts the old one
+    back. A second SIGTERM while the checkpoint is being written is ignored (the first one already
+    asked to stop).
+    """
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+        self.signum: int | None = None
+        self._previous: Any = None
+
+    def _handle(self, signum, frame) -> None:
+        if not self.event.is_set():
+            logger.warning("received signal %d: checkpointing after the current step, then exiting with %d",
+                           signum, EXIT_PREEMPTED)
+        self.signum = signum
+        self.event.set()
+
+    def install(self) -> SignalFlag:
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGTERM, self._handle)
+        return self
+
+    def restore(self) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGTERM, self._previous)
+            self._previous = None
+
+
+class StopOnSignal(TrainerCallback):
+    """After a step, when SIGTERM arrived (on any rank), save a checkpoint and stop training."""
+
+    def __init__(self, flag: SignalFlag, trainer: Any = None):
+        self.flag = flag
+        self.trainer = trainer
+        self.stopped_at: int | None = None
+
+    def _any_rank_set(self) -> bool:
+        local = self.flag.event.is_set()
+        accelerator = getattr(self.trainer, "accelerator", None)
+        if accelerator is None or accelerator.num_processes == 1:
+            return local
+        import torch
+
+        flags = accelerator.gather(torch.tensor([int(local)], device=accelerator.device))
+        return bool(flags.max().item())
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self._any_rank_set():
+            control.should_save = True
+            control.should_training_stop = True
+            self.stopped_at = state.global_step
+        return control
+
+
+class RunState(TrainerCallback):
+    """Writes ``olmpipe_run.json`` (seed, step, wandb run id, run fingerprint) into each checkpoint."""
+
+    def __init__(self, seed: int, wandb_run_id: str | None, fingerprint: str | None = None):
+        self.seed = seed
+        self.wandb_run_id = wandb_run_id
+        self.fingerprint = fingerprint
+
+    def on_save(self, args, state, control, **kwargs):
+        if not state.is_world_process_zero:
+            return
+        folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+        if folder.is_dir():
+            payload = {"seed": self.seed, "step": state.global_step, "wandb_run_id": self.wandb_run_id,
+                       "fingerprint": self.fingerprint}
+            (folder / RUN_STATE_FILE).write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")

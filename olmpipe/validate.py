@@ -1,0 +1,381 @@
+"""Stage 2: validate a bench's tests, write the validated set and the page index that later stages read.
+
+Every test file (``*.jsonl``) of the bench is loaded with :func:`olmpipe.bench.load_tests`
+(schema: known type, known and typed fields, non-empty texts, ``max_diffs`` bounds, malformed
+JSON, duplicate ids within a file). This stage adds the checks that need the whole bench:
+
+- duplicate ids across files (the first occurrence is kept);
+- ``pdf`` is a relative path that stays inside ``pdfs/`` (no ``..``, not absolute) and exists;
+- ``page`` exists in the PDF (page counts come from the rasterize manifest);
+- a math test's equation renders with KaTeX (``check_math``);
+- every page of every rendered PDF has at least one valid test (``require_page_coverage``).
+
+All problems go into one report, each with file, line, test id and reason. With
+``on_invalid: error`` any problem fails the stage (:class:`ValidationFailed`); with ``drop`` the
+outputs hold only the good tests. Outputs (see docs/architecture.md): ``tests/<file>.jsonl``
+(the original lines of the good tests; an eval bench's files under ``tests/eval/``),
+``report.json`` and ``pages.jsonl`` (one line per page with at least one good test).
+
+Run without Snakemake (after ``python -m olmpipe.rasterize``)::
+
+    python -m olmpipe.validate --manifest results/rasterize/manifest.jsonl --out results/validate
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Any, Literal
+
+from olmpipe.rasterize import PdfManifest, read_merged_manifest
+from olmpipe.split import split_pdfs
+from olmpipe.workflow import Bench, benches, bench_test_files
+
+logger = logging.getLogger(__name__)
+
+OnInvalid = Literal["error", "drop"]
+# equations -> {equation: None if it renders, else the reason}
+MathChecker = Callable[[Sequence[str]], Mapping[str, str | None]]
+
+
+class ValidationFailed(RuntimeError):
+    """Raised with ``on_invalid: error`` when any problem was found; the report is written first."""
+
+
+@dataclass(frozen=True, order=True)
+class Problem:
+    """One problem of the report: where (file, 1-based line, test id) and why."""
+
+    file: str
+    line: int | None
+    test_id: str | None
+    reason: str
+
+    def __str__(self) -> str:
+        where = self.file if self.line is None else f"{self.file}:{self.line}"
+        who = f" test {self.test_id!r}:" if self.test_id else ""
+        return f"{where}:{who} {self.reason}"
+
+
+@dataclass(frozen=True)
+class PageEntry:
+    """One line of ``pages.jsonl``: a rendered page, its split and the ids of its valid tests."""
+
+    pdf: str
+    page: int
+    image: str
+    split: Literal["train", "eval"]
+    bench_dir: str
+    test_ids: list[str]
+    jsonl_files: dict[str, str]
+    types: dict[str, str]
+
+
+@dataclass
+class ValidationResult:
+    """Everything the stage writes: problems, the kept lines per output file, the page index, counts."""
+
+    problems: list[Problem]
+    kept: dict[str, list[str]]
+    pages: list[PageEntry]
+    counts: dict[str, int] = field(default_factory=dict)
+
+    def report(self, settings: Mapping[str, Any]) -> dict[str, Any]:
+        return {
+            "ok": not self.problems,
+            "settings": dict(settings),
+            "counts": self.counts,
+            "problems": [asdict(p) for p in sorted(self.problems, key=_problem_key)],
+        }
+
+
+def _problem_key(p: Problem) -> tuple:
+    return (p.file, p.line if p.line is not None else -1, p.test_id or "", p.reason)
+
+
+def check_pdf_field(pdf: str) -> str | None:
+    """Why a test's ``pdf`` value is not a safe path inside ``pdfs/``, or None when it is.
+
+    >>> check_pdf_field("../secret.pdf")
+    "pdf path '../secret.pdf' leaves pdfs/ ('..' is not allowed)"
+    >>> check_pdf_field("headers_footers/x.pdf") is None
+    True
+    """
+    if "\\" in pdf:
+        return f"pdf path {pdf!r} contains a backslash; use '/' relative to pdfs/"
+    path = PurePosixPath(pdf)
+    if path.is_absolute() or (len(pdf) > 1 and pdf[1] == ":"):
+        return f"pdf path {pdf!r} is absolute; give it relative to the bench's pdfs/ folder"
+    if ".." in path.parts:
+        return f"pdf path {pdf!r} leaves pdfs/ ('..' is not allowed)"
+    if path.as_posix() != pdf:
+        return f"pdf path {pdf!r} is not normalized (write it as {path.as_posix()!r})"
+    if path.suffix.lower() != ".pdf":
+        return f"pdf path {pdf!r} does not end in .pdf"
+    return None
+
+
+def default_math_checker(equations: Sequence[str]) -> dict[str, str | None]:
+    """Render each equation with KaTeX in headless Chromium (:mod:`olmpipe.bench.katex`)."""
+    from olmpipe.bench.katex import render_problems
+
+    return dict(render_problems(list(equations)))
+
+
+@dataclass
+class _Seen:
+    """First occurrence of a test id across all files: (file, line)."""
+
+    ids: dict[str, tuple[str, int | None]] = field(default_factory=dict)
+
+
+def _read_lines(path: Path) -> list[str]:
+    return path.read_bytes().decode("utf-8", errors="replace").split("\n")
+
+
+def _test_problems(test, file_path: str, bench_dir: str, manifests: Mapping[str, PdfManifest],
+                   seen: _Seen) -> list[Problem]:
+    """Cross-file checks of one test that passed the loader (pdf path, page, duplicate id)."""
+    found: list[Problem] = []
+
+    def add(reason: str) -> None:
+        found.append(Problem(file_path, test.line, test.id, reason))
+
+    first = seen.ids.get(test.id)
+    if first is not None:
+        add(f"duplicate test id (first defined in {first[0]} line {first[1]})")
+    else:
+        seen.ids[test.id] = (file_path, test.line)
+    reason = check_pdf_field(test.pdf)
+    if reason is not None:
+        add(reason)
+        return found
+    pdf_root = Path(bench_dir) / "pdfs"
+    manifest = manifests.get(test.pdf)
+    if manifest is None:
+        add(f"PDF {test.pdf!r} does not exist in {pdf_root}")
+    elif not (pdf_root / test.pdf).resolve().is_relative_to(pdf_root.resolve()):
+        add(f"PDF {test.pdf!r} resolves outside {pdf_root} (symbolic link)")
+    elif manifest.status != "ok":
+        add(f"PDF {test.pdf!r} could not be rasterized: {manifest.error}")
+    elif not 1 <= test.page <= len(manifest.pages):
+        add(f"page {test.page} does not exist in {test.pdf!r} ({len(manifest.pages)} page(s))")
+    return found
+
+
+def validate_benches(
+    bench_list: Sequence[Bench],
+    manifests: Iterable[PdfManifest],
+    *,
+    check_math: bool,
+    require_page_coverage: bool,
+    eval_fraction: float,
+    seed: int,
+    math_checker: MathChecker | None = None,
+) -> ValidationResult:
+    """Check every test file of ``bench_list`` against the rendered PDFs and build the page index.
+
+    ``manifests`` are the per-PDF rasterize manifests (``bench_dir`` tells which bench each is
+    from). Pure function of its inputs: writing files is :func:`write_outputs`'s job.
+    """
+    from olmpipe.bench import load_tests
+
+    by_bench: dict[str, dict[str, PdfManifest]] = {b.dir: {} for b in bench_list}
+    for m in manifests:
+        by_bench.setdefault(str(m.bench_dir).rstrip("/"), {})[m.pdf] = m
+    problems: list[Problem] = []
+    seen = _Seen()
+    good: list[tuple[Bench, str, Any, str]] = []  # (bench, output name, test, raw line)
+    read = 0
+    for bench in bench_list:
+        files = bench_test_files(bench.dir)
+        if not files:
+            problems.append(Problem(bench.dir, None, None, "no *.jsonl test files in the bench folder"))
+        for file_path in files:
+            name = Path(file_path).name
+            out_name = name if bench.role == "main" else f"eval/{name}"
+            raw_lines = _read_lines(Path(file_path))
+            tests, errors = load_tests(file_path, collect_errors=True)
+            read += len(tests) + len(errors)
+            problems += [Problem(file_path, e.line, e.test_id, e.reason) for e in errors]
+            for test in tests:
+                found = _test_problems(test, file_path, bench.dir, by_bench.get(bench.dir, {}), seen)
+                if found:
+                    problems += found
+                else:
+                    good.append((bench, out_name, test, raw_lines[test.line - 1].strip()))
+    if check_math:
+        good = _check_math(good, problems, math_checker or default_math_checker)
+    pages = _page_index(bench_list, by_bench, good, problems, require_page_coverage=require_page_coverage,
+                        eval_fraction=eval_fraction, seed=seed)
+    kept: dict[str, list[str]] = {}
+    for bench in bench_list:  # every source file gets an output file, even if all its tests were dropped
+        for file_path in bench_test_files(bench.dir):
+            kept[Path(file_path).name if bench.role == "main" else f"eval/{Path(file_path).name}"] = []
+    for _, out_name, _, raw in good:
+        kept[out_name].append(raw)
+    counts = {
+        "tests_read": read,
+        "tests_valid": len(good),
+        "tests_dropped": read - len(good),
+        "problems": len(problems),
+        "pages": len(pages),
+        "pages_train": sum(p.split == "train" for p in pages),
+        "pages_eval": sum(p.split == "eval" for p in pages),
+    }
+    return ValidationResult(problems=sorted(problems, key=_problem_key), kept=kept, pages=pages, counts=counts)
+
+
+def _check_math(good, problems: list[Problem], checker: MathChecker):
+    equations = sorted({t.math for _, _, t, _ in good if t.type == "math"})
+    if not equations:
+        return good
+    logger.info("rendering %d math equation(s) with KaTeX", len(equations))
+    verdicts = checker(equations)
+    kept = []
+    for item in good:
+        test = item[2]
+        reason = verdicts.get(test.math) if test.type == "math" else None
+        if reason:
+            problems.append(Problem(f"{item[0].dir}/{test.source}", test.line, test.id,
+                                    f"math does not render with KaTeX: {reason}"))
+        else:
+            kept.append(item)
+    return kept
+
+
+def _page_index(bench_list, by_bench, good, problems, *, require_page_coverage, eval_fraction, seed):
+    tests_on: dict[tuple[str, str, int], list] = {}
+    for bench, out_name, test, _ in good:
+        tests_on.setdefault((bench.dir, test.pdf, test.page), []).append((out_name, test))
+    split_of: dict[tuple[str, str], str] = {}
+    for bench in bench_list:
+        ok_pdfs = [pdf for pdf, m in by_bench.get(bench.dir, {}).items() if m.status == "ok"]
+        if bench.role == "eval":
+            split_of.update({(bench.dir, pdf): "eval" for pdf in ok_pdfs})
+        elif len(bench_list) > 1:
+            split_of.update({(bench.dir, pdf): "train" for pdf in ok_pdfs})
+        else:
+            split = split_pdfs(ok_pdfs, eval_fraction=eval_fraction, seed=seed)
+            split_of.update({(bench.dir, pdf): side for pdf, side in split.items()})
+    pages: list[PageEntry] = []
+    for bench in bench_list:
+        for pdf, manifest in sorted(by_bench.get(bench.dir, {}).items()):
+            if manifest.status != "ok":
+                continue
+            for page in manifest.pages:
+                on_page = tests_on.get((bench.dir, pdf, page.page), [])
+                if not on_page:
+                    if require_page_coverage:
+                        problems.append(Problem(f"{bench.dir}/pdfs/{pdf}", None, None,
+                                                f"page {page.page} has no valid test (every page must be tested)"))
+                    continue
+                pages.append(PageEntry(
+                    pdf=pdf, page=page.page, image=page.image, split=split_of[(bench.dir, pdf)],
+                    bench_dir=bench.dir, test_ids=[t.id for _, t in on_page],
+                    jsonl_files={t.id: name for name, t in on_page}, types={t.id: t.type for _, t in on_page},
+                ))
+    return pages
+
+
+def write_outputs(result: ValidationResult, *, tests_dir: str | Path, report_path: str | Path,
+                  pages_path: str | Path, settings: Mapping[str, Any]) -> None:
+    """Write the validated test files, ``report.json`` and ``pages.jsonl``."""
+    tests_dir = Path(tests_dir)
+    for out_name, lines in result.kept.items():
+        target = tests_dir / out_name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    Path(report_path).parent.mkdir(parents=True, exist_ok=True)
+    Path(report_path).write_text(json.dumps(result.report(settings), indent=1) + "\n", encoding="utf-8")
+    Path(pages_path).parent.mkdir(parents=True, exist_ok=True)
+    with open(pages_path, "w", encoding="utf-8") as fh:
+        fh.writelines(json.dumps(asdict(page)) + "\n" for page in result.pages)
+
+
+def summary(result: ValidationResult, *, limit: int | None = None) -> str:
+    """Readable summary for the log: counts, then one line per problem (``file:line: test 'id': reason``)."""
+    c = result.counts
+    lines = [
+        (
+            f"{c['tests_read']} tests read, {c['tests_valid']} valid, {c['tests_dropped']} dropped; "
+            f"{c['problems']} problem(s); {c['pages']} pages in the index "
+            f"({c['pages_train']} train, {c['pages_eval']} eval)"
+        )
+    ]
+    shown = result.problems if limit is None else result.problems[:limit]
+    lines += [f"  {p}" for p in shown]
+    if len(shown) < len(result.problems):
+        lines.append(f"  ... and {len(result.problems) - len(shown)} more (see report.json)")
+    return "\n".join(lines)
+
+
+def run_validate(
+    cfg: Mapping[str, Any],
+    *,
+    manifest_path: str | Path,
+    tests_dir: str | Path,
+    report_path: str | Path,
+    pages_path: str | Path,
+    math_checker: MathChecker | None = None,
+) -> ValidationResult:
+    """The whole stage from a validated config: check, write outputs, then fail if asked to."""
+    vcfg, split_cfg = cfg["validate"], cfg["bench"]["split"]
+    result = validate_benches(
+        benches(cfg), read_merged_manifest(manifest_path), check_math=vcfg["check_math"],
+        require_page_coverage=vcfg["require_page_coverage"], eval_fraction=split_cfg["eval_fraction"],
+        seed=split_cfg["seed"], math_checker=math_checker,
+    )
+    settings = {"bench": cfg["bench"], "validate": vcfg}
+    write_outputs(result, tests_dir=tests_dir, report_path=report_path, pages_path=pages_path,
+                  settings=settings)
+    text = summary(result)
+    if result.problems and vcfg["on_invalid"] == "error":
+        logger.error("validation failed: %s", text)
+        raise ValidationFailed(
+            f"{len(result.problems)} problem(s) in the bench tests (validate.on_invalid is 'error'; "
+            f"set it to 'drop' to continue without the bad tests):\n{summary(result, limit=20)}"
+        )
+    (logger.warning if result.problems else logger.info)("validation: %s", text)
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command line: validate the bench(es) of a config against a rasterize manifest."""
+    from olmpipe.config import ConfigError, load_config
+
+    parser = argparse.ArgumentParser(prog="olmpipe validate", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--config", help="config YAML (default config/config.yaml)")
+    parser.add_argument("--manifest", default="results/rasterize/manifest.jsonl", help="default: %(default)s")
+    parser.add_argument("--out", default="results/validate", help="output folder (default: %(default)s)")
+    parser.add_argument("--on-invalid", choices=["error", "drop"], help="overrides validate.on_invalid")
+    parser.add_argument("--no-check-math", action="store_true", help="skip the KaTeX render check")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    overrides: dict[str, Any] = {"validate": {}}
+    if args.on_invalid:
+        overrides["validate"]["on_invalid"] = args.on_invalid
+    if args.no_check_math:
+        overrides["validate"]["check_math"] = False
+    try:
+        cfg = load_config(args.config, overrides)
+    except ConfigError as exc:
+        logger.error("%s", exc)
+        return 2
+    out = Path(args.out)
+    try:
+        run_validate(cfg, manifest_path=args.manifest, tests_dir=out / "tests",
+                     report_path=out / "report.json", pages_path=out / "pages.jsonl")
+    except ValidationFailed as exc:
+        logger.error("%s", exc)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

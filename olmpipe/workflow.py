@@ -1,0 +1,148 @@
+"""Helpers the Snakemake rules call (through ``workflow/rules/common.smk``): bench discovery, paths, code versions.
+
+Kept in the package, not in the ``.smk`` files, so they are tested like any other code and the
+same paths are used when a stage runs without Snakemake.
+
+Code versions: Snakemake reruns a job when its ``params`` change, but it does not notice edits
+to imported package code. Each stage therefore passes ``params: code=code_version(...)``, a
+hash of the source of the ``olmpipe`` modules the stage uses; editing one of them reruns that
+stage and everything downstream, while edits elsewhere (comments in other modules, tests, docs)
+rerun nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+RESULTS = PurePosixPath("results")
+RASTERIZE_DIR = RESULTS / "rasterize"
+VALIDATE_DIR = RESULTS / "validate"
+TINY_MODEL_DIR = RESULTS / "model" / "tiny"
+
+# The olmpipe modules whose source each stage's ``params: code=`` hashes (see code_version).
+# validate hashes the test loader but not the scorer: scoring edits must not rerun the chain.
+RASTERIZE_CODE = ("olmpipe.rasterize",)
+VALIDATE_CODE = (
+    "olmpipe.validate",
+    "olmpipe.split",
+    "olmpipe.workflow",
+    "olmpipe.rasterize",
+    "olmpipe.bench.model",
+    "olmpipe.bench.normalize",
+)
+
+
+@dataclass(frozen=True)
+class Bench:
+    """A bench folder the workflow reads, with the folder (under results/rasterize) its pages go to.
+
+    ``role`` is ``"main"`` for ``bench.dir`` (split into train and eval pages) and ``"eval"`` for
+    ``bench.eval_dir`` (all eval pages).
+    """
+
+    role: str
+    dir: str
+    pages: str  # folder name under results/rasterize/: "pages" or "eval-pages"
+
+    @property
+    def pages_root(self) -> PurePosixPath:
+        return RASTERIZE_DIR / self.pages
+
+
+def benches(cfg: Mapping[str, Any]) -> list[Bench]:
+    """The bench folders named by the config: ``bench.dir`` and, when set, ``bench.eval_dir``."""
+    out = [Bench(role="main", dir=_clean_dir(cfg["bench"]["dir"]), pages="pages")]
+    if cfg["bench"]["eval_dir"]:
+        out.append(Bench(role="eval", dir=_clean_dir(cfg["bench"]["eval_dir"]), pages="eval-pages"))
+    return out
+
+
+def _clean_dir(path: str) -> str:
+    return str(path).rstrip("/") or "/"
+
+
+def discover_pdfs(bench_dir: str | Path) -> list[str]:
+    """PDF ids of a bench: paths under ``pdfs/`` without ``.pdf``, posix-style, sorted.
+
+    >>> discover_pdfs("data/bench/olmocr-sample")[:2]  # doctest: +SKIP
+    ['blank_book_pg1', 'buildingnotes']
+    """
+    root = Path(bench_dir) / "pdfs"
+    if not root.is_dir():
+        raise FileNotFoundError(
+            f"bench folder {bench_dir}: no pdfs/ subfolder (expected olmOCR-Bench layout: pdfs/**.pdf, *.jsonl)"
+        )
+    stems = []
+    for path in root.rglob("*"):
+        if path.is_file() and path.suffix.lower() == ".pdf":
+            rel = path.relative_to(root).as_posix()
+            stems.append(rel[: -len(".pdf")])
+    return sorted(stems)
+
+
+def bench_test_files(bench_dir: str | Path) -> list[str]:
+    """The test files of a bench: every ``*.jsonl`` at its top level, sorted (olmOCR-Bench rule)."""
+    return sorted(str(p) for p in Path(bench_dir).glob("*.jsonl") if p.is_file())
+
+
+def pdf_path_for(bench_dir: str | Path, stem: str) -> str:
+    """Path of the PDF with id ``stem`` (path under ``pdfs/`` without ``.pdf``)."""
+    return str(PurePosixPath(str(bench_dir)) / "pdfs" / f"{stem}.pdf")
+
+
+def page_dir_for(stem: str, root: str | Path = RASTERIZE_DIR / "pages") -> Path:
+    """Folder that holds the rendered pages and ``manifest.json`` of one PDF."""
+    return Path(root) / stem
+
+
+def page_dirs(bench: Bench) -> list[str]:
+    """The rasterize output folders of every PDF of a bench (the rasterize jobs Snakemake runs)."""
+    return [str(bench.pages_root / stem) for stem in discover_pdfs(bench.dir)]
+
+
+def model_dir(cfg: Mapping[str, Any]) -> str:
+    """The model folder or hub id the stages load: the built tiny model when ``model.path`` is ``embedded``."""
+    path = cfg["model"]["path"]
+    return str(TINY_MODEL_DIR) if path == "embedded" else path
+
+
+def module_files(module: str) -> tuple[Path, list[Path]]:
+    """Base folder and source files of a module (one file) or a package (every ``.py`` below it).
+
+    Found with ``importlib.util.find_spec``, so the module itself is not imported (its parent
+    packages are).
+    """
+    spec = importlib.util.find_spec(module)
+    if spec is None:
+        raise ModuleNotFoundError(f"code_version: no module named {module!r}")
+    if spec.submodule_search_locations:  # a package (regular or namespace): all of it
+        bases = [Path(loc) for loc in spec.submodule_search_locations]
+        return bases[0], sorted(p for base in bases for p in base.rglob("*.py"))
+    if spec.origin is None:
+        raise ModuleNotFoundError(f"code_version: module {module!r} has no source file")
+    origin = Path(spec.origin)
+    return origin.parent, [origin]
+
+
+def code_version(*modules: str) -> str:
+    """Short hash of the source of ``modules`` (dotted names; a package stands for all its files).
+
+    Used as a rule parameter so that editing the code a stage runs reruns that stage:
+
+    >>> len(code_version("olmpipe.rasterize"))
+    16
+    """
+    digest = hashlib.sha256()
+    for module in sorted(set(modules)):
+        base, files = module_files(module)
+        for path in files:
+            rel = path.relative_to(base).as_posix() if path.is_relative_to(base) else path.name
+            digest.update(f"{module}:{rel}\0".encode())
+            digest.update(path.read_bytes())
+            digest.update(b"\0")
+    return digest.hexdigest()[:16]

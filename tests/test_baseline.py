@@ -1,0 +1,338 @@
+"""olmpipe.baseline: the stage's files, resume without regenerating, failures, and the real tiny model."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+
+from olmpipe.baseline import (
+    BaselineError,
+    candidate_name,
+    load_eval_tests,
+    load_page_index,
+    main,
+    run_generation_and_scoring,
+)
+from olmpipe.config import load_config
+from olmpipe.generate.base import Completion, GenerationBackend
+
+ANSWER = ("---\nprimary_language: en\nis_rotation_valid: True\nrotation_correction: 0\nis_table: False\n"
+          "is_diagram: False\n---\n{text}")
+PAGE_TEXT = {("doc.pdf", 1): "Alpha beta gamma.", ("doc.pdf", 2): "Delta epsilon.",
+             ("sub/other.pdf", 1): "Zeta eta theta."}
+
+
+class Interrupted(Exception):
+    """Stands for a run killed midway (Ctrl-C, SIGTERM, a node failure)."""
+
+
+class EchoBackend(GenerationBackend):
+    """Answers each page with its known text; counts requests; can fail on chosen keys or after N calls."""
+
+    name = "echo"
+
+    def __init__(self, *, fail_keys=(), interrupt_after=None, no_eos_keys=()):
+        super().__init__()
+        self.seen = []
+        self.fail_keys = set(fail_keys)
+        self.no_eos_keys = set(no_eos_keys)
+        self.interrupt_after = interrupt_after
+        self.closed = False
+
+    def generate(self, requests, sampling):
+        if self.interrupt_after is not None and len(self.seen) >= self.interrupt_after:
+            raise Interrupted
+        out = []
+        for r in requests:
+            self.seen.append(r.key)
+            if r.key in self.fail_keys:
+                out.append(Completion("", "error", error="boom"))
+            elif r.key in self.no_eos_keys:
+                out.append(Completion("la la la la", "length", 5, 8, 0.01))
+            else:
+                out.append(Completion(ANSWER.format(text=PAGE_TEXT[(r.pdf, r.page)]), "stop", 5, 7, 0.01))
+        return out
+
+    def close(self):
+        self.closed = True
+
+
+@pytest.fixture()
+def stage(tmp_path, monkeypatch):
+    """A validated-stage layout in tmp_path: page images, pages.jsonl (3 eval + 1 train page), tests."""
+    from PIL import Image
+
+    monkeypatch.chdir(tmp_path)
+    entries = []
+    for (pdf, page), split in [(("doc.pdf", 1), "eval"), (("doc.pdf", 2), "eval"), (("sub/other.pdf", 1), "eval"),
+                               (("train.pdf", 1), "train")]:
+        image = Path("results/rasterize/pages") / pdf[:-4] / f"pg{page}.png"
+        image.parent.mkdir(parents=True, exist_ok=True)
+        Image.new("RGB", (30 + page, 40), "white").save(image)
+        entries.append({"pdf": pdf, "page": page, "image": str(image), "split": split, "bench_dir": "b"})
+    index = Path("results/validate/pages.jsonl")
+    index.parent.mkdir(parents=True)
+    index.write_text("".join(json.dumps(e) + "\n" for e in entries))
+    tests = Path("results/validate/tests")
+    tests.mkdir()
+    rows = [
+        {"pdf": "doc.pdf", "page": 1, "id": "t1", "type": "present", "text": "Alpha beta"},
+        {"pdf": "doc.pdf", "page": 2, "id": "t2", "type": "present", "text": "Delta"},
+        {"pdf": "doc.pdf", "page": 2, "id": "t3", "type": "absent", "text": "Omega"},
+        {"pdf": "sub/other.pdf", "page": 1, "id": "t4", "type": "present", "text": "Zeta eta"},
+        {"pdf": "train.pdf", "page": 1, "id": "t5", "type": "present", "text": "never scored"},
+    ]
+    (tests / "dataset.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tests / "other.jsonl").write_text(json.dumps(
+        {"pdf": "sub/other.pdf", "page": 1, "id": "o1", "type": "order", "before": "Zeta", "after": "theta"}) + "\n")
+    cfg = load_config(overrides={"generation": {"batch_size": 2, "repeats": 2}, "baseline": {"progress": False}})
+    return cfg, index, tests, Path("results/baseline/m")
+
+
+def run(stage, backend, **cfg_overrides):
+    cfg, index, tests, out = stage
+    for section, values in cfg_overrides.items():
+        cfg = {**cfg, section: {**cfg[section], **values}}
+    return run_generation_and_scoring(cfg, "no-model", index, tests, out, backend=backend, model_name="m")
+
+
+def test_writes_all_stage_files(stage):
+    backend = EchoBackend()
+    summary = run(stage, backend)
+    out = stage[3]
+    assert summary.pages == 3 and summary.generations == 6 and summary.generated == 6 and summary.reused == 0
+    assert summary.eos_share == 1.0 and summary.front_matter_valid_share == 1.0 and summary.overall == 1.0
+    assert not backend.closed  # an injected backend belongs to the caller
+
+    md = out / "candidate" / "sub" / "other_pg1_repeat2.md"
+    assert md.read_text() == "Zeta eta theta."
+    assert sorted(p.relative_to(out / "candidate").as_posix() for p in (out / "candidate").rglob("*.md")) == [
+        "doc_pg1_repeat1.md", "doc_pg1_repeat2.md", "doc_pg2_repeat1.md", "doc_pg2_repeat2.md",
+        "sub/other_pg1_repeat1.md", "sub/other_pg1_repeat2.md"]
+
+    gens = [json.loads(line) for line in (out / "generations.jsonl").read_text().splitlines()]
+    assert [(g["pdf"], g["page"], g["repeat"]) for g in gens] == [
+        ("doc.pdf", 1, 1), ("doc.pdf", 1, 2), ("doc.pdf", 2, 1), ("doc.pdf", 2, 2), ("sub/other.pdf", 1, 1),
+        ("sub/other.pdf", 1, 2)]
+    g = gens[0]
+    assert g["text"] == "Alpha beta gamma." and g["raw"].startswith("---\n") and g["front_matter"]["is_table"] is False
+    assert g["finish_reason"] == "stop" and g["completion_tokens"] == 7 and g["prompt_tokens"] == 5
+    assert g["attempts"][0]["temperature"] == 0.1 and g["failed"] is False and len(g["image_sha256"]) == 16
+
+    scores = json.loads((out / "scores.json").read_text())
+    assert scores["overall"] == 1.0 and set(scores["by_jsonl"]) == {"baseline", "dataset.jsonl", "other.jsonl"}
+    assert set(scores["by_type"]) == {"present", "absent", "order", "baseline"}
+    rows = list(csv.DictReader((out / "scores.csv").open()))
+    assert rows[0]["scope"] == "overall" and float(rows[0]["score"]) == 1.0
+    assert {(r["scope"], r["name"]) for r in rows} >= {("type", "present"), ("jsonl", "other.jsonl")}
+
+    verdicts = [json.loads(line) for line in (out / "verdicts.jsonl").read_text().splitlines()]
+    assert {v["test_id"] for v in verdicts} == {"t1", "t2", "t3", "t4", "o1", "doc.pdf_baseline",
+                                               "sub/other.pdf_baseline"}
+    assert len(verdicts) == 7 * 2 and all(v["passed"] for v in verdicts)
+    assert set(verdicts[0]) >= {"test_id", "type", "jsonl", "pdf", "page", "repeat", "passed", "reason"}
+    summary_json = json.loads((out / "summary.json").read_text())
+    assert summary_json["generations"] == 6 and summary_json["failed_no_eos"] == 0
+
+
+def test_olmocr_bench_can_read_the_candidate_folder(stage):
+    """The candidate folder follows olmOCR-Bench's naming: the bench's own reader finds every file."""
+    from olmpipe.bench import read_candidate
+
+    run(stage, EchoBackend())
+    texts = read_candidate(stage[3] / "candidate", ["doc.pdf", "sub/other.pdf"])
+    assert len(texts) == 6 and texts[("doc.pdf", 2, 1)] == "Delta epsilon."
+
+
+def test_restarted_run_skips_finished_pages(stage):
+    interrupted = EchoBackend(interrupt_after=2)  # the second batch raises, like a Ctrl-C or SIGTERM
+    with pytest.raises(Interrupted):
+        run(stage, interrupted)
+    journal = stage[3] / "generations.journal.jsonl"
+    assert len(journal.read_text().splitlines()) == 2
+    assert not (stage[3] / "scores.json").exists() and not (stage[3] / "generations.jsonl").exists()
+
+    resumed = EchoBackend()
+    summary = run(stage, resumed)
+    assert resumed.seen == [("doc.pdf", 2, 1), ("doc.pdf", 2, 2), ("sub/other.pdf", 1, 1), ("sub/other.pdf", 1, 2)]
+    assert summary.reused == 2 and summary.generated == 4 and summary.overall == 1.0
+
+    again = EchoBackend()
+    summary = run(stage, again)
+    assert again.seen == [] and summary.reused == 6 and summary.generated == 0
+    assert len(journal.read_text().splitlines()) == 6
+    assert len((stage[3] / "generations.jsonl").read_text().splitlines()) == 6
+
+    # Snakemake deletes a job's declared outputs before rerunning it (e.g. after a scoring code
+    # change); the journal is not one of them, so nothing is generated again.
+    import shutil
+
+    shutil.rmtree(stage[3] / "candidate")
+    for name in ("generations.jsonl", "scores.json", "scores.csv", "verdicts.jsonl", "summary.json"):
+        (stage[3] / name).unlink()
+    after_cleanup = EchoBackend()
+    summary = run(stage, after_cleanup)
+    assert after_cleanup.seen == [] and summary.reused == 6
+    assert len(list((stage[3] / "candidate").rglob("*.md"))) == 6
+
+
+def test_complete_rerun_does_not_build_a_backend(stage, monkeypatch):
+    cfg, index, tests, out = stage
+    run(stage, EchoBackend())
+    from olmpipe import baseline
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("no backend should be built when everything is finished")
+
+    monkeypatch.setattr(baseline, "make_backend", refuse)
+    summary = run_generation_and_scoring(cfg, "no-model", index, tests, out, model_name="m")
+    assert summary.generated == 0
+
+
+def test_truncated_journal_line_is_ignored(stage):
+    with pytest.raises(Interrupted):
+        run(stage, EchoBackend(interrupt_after=2))
+    journal = stage[3] / "generations.journal.jsonl"
+    with journal.open("a") as fh:
+        fh.write('{"pdf": "doc.pdf", "page": 2, "rep')  # killed mid-write
+    resumed = EchoBackend()
+    run(stage, resumed)
+    assert len(resumed.seen) == 4
+
+
+def test_changed_settings_or_image_regenerate(stage):
+    run(stage, EchoBackend())
+    hotter = EchoBackend()
+    run(stage, hotter, generation={"temperatures": [0.2, 0.8]})
+    assert len(hotter.seen) == 6
+    from PIL import Image
+
+    Image.new("RGB", (50, 50), "black").save("results/rasterize/pages/doc/pg2.png")
+    changed = EchoBackend()
+    run(stage, changed, generation={"temperatures": [0.2, 0.8]})
+    assert changed.seen == [("doc.pdf", 2, 1), ("doc.pdf", 2, 2)]
+    fresh = EchoBackend()
+    run(stage, fresh, generation={"temperatures": [0.2, 0.8]}, baseline={"resume": False, "progress": False})
+    assert len(fresh.seen) == 6
+
+
+def test_more_repeats_generate_only_new_repeats(stage):
+    run(stage, EchoBackend())
+    more = EchoBackend()
+    summary = run(stage, more, generation={"repeats": 3})
+    assert sorted(more.seen) == [("doc.pdf", 1, 3), ("doc.pdf", 2, 3), ("sub/other.pdf", 1, 3)]
+    assert summary.generations == 9
+
+
+def test_pages_without_eos_are_failed_not_dropped(stage):
+    summary = run(stage, EchoBackend(no_eos_keys={("doc.pdf", 1, 1), ("doc.pdf", 1, 2)}))
+    assert summary.failed_no_eos == 2 and summary.generations == 6
+    out = stage[3]
+    assert (out / "candidate" / "doc_pg1_repeat1.md").read_text() == "la la la la"
+    gens = [json.loads(line) for line in (out / "generations.jsonl").read_text().splitlines()]
+    failed = [g for g in gens if g["failed"]]
+    assert len(failed) == 2 and all(g["failure"] == "no_eos" and len(g["attempts"]) == 2 for g in failed)
+    assert failed[0]["front_matter"] is None and failed[0]["front_matter_error"]
+    verdicts = [json.loads(line) for line in (out / "verdicts.jsonl").read_text().splitlines()]
+    assert not any(v["passed"] for v in verdicts if v["test_id"] == "t1")
+    # a later run keeps them: they are finished, just bad
+    again = EchoBackend()
+    run(stage, again)
+    assert again.seen == []
+
+
+def test_backend_errors_fail_the_stage_and_are_retried_next_time(stage):
+    bad = {("sub/other.pdf", 1, 1)}
+    with pytest.raises(BaselineError, match="1 of 6 generations failed in the echo|1 of 6 generations failed"):
+        run(stage, EchoBackend(fail_keys=bad))
+    retry = EchoBackend()
+    summary = run(stage, retry)
+    assert retry.seen == [("sub/other.pdf", 1, 1)] and summary.failed_error == 0
+
+
+def test_tolerated_backend_errors_are_recorded(stage):
+    bad = {("sub/other.pdf", 1, 1)}
+    summary = run(stage, EchoBackend(fail_keys=bad), generation={"max_error_fraction": 0.5})
+    assert summary.failed_error == 1
+    gens = [json.loads(line) for line in (stage[3] / "generations.jsonl").read_text().splitlines()]
+    err = next(g for g in gens if g["failure"] == "error")
+    assert err["error"] == "boom" and err["text"] == "" and err["finish_reason"] == "error"
+
+
+def test_max_pages_limits_pages_and_tests(stage):
+    summary = run(stage, EchoBackend(), baseline={"max_pages": 1, "progress": False})
+    assert summary.pages == 1
+    verdicts = [json.loads(line) for line in (stage[3] / "verdicts.jsonl").read_text().splitlines()]
+    assert {v["test_id"] for v in verdicts} == {"t1", "doc.pdf_baseline"}
+
+
+def test_page_index_errors_name_file_and_line(tmp_path):
+    bad = tmp_path / "pages.jsonl"
+    bad.write_text('{"pdf": "a.pdf", "page": 1, "image": "x.png", "split": "eval"}\nnot json\n')
+    with pytest.raises(BaselineError, match=r"pages.jsonl:2: not valid JSON"):
+        load_page_index(bad)
+    bad.write_text('{"pdf": "a.pdf", "page": 0, "image": "x.png", "split": "eval"}\n')
+    with pytest.raises(BaselineError, match=r"pages.jsonl:1: page must be a positive integer"):
+        load_page_index(bad)
+    bad.write_text('{"pdf": "a.pdf", "page": 1, "split": "eval"}\n')
+    with pytest.raises(BaselineError, match=r"pages.jsonl:1: page entry misses image"):
+        load_page_index(bad)
+    with pytest.raises(BaselineError, match="cannot read the page index"):
+        load_page_index(tmp_path / "missing.jsonl")
+
+
+def test_missing_inputs_are_clear_errors(stage):
+    _, index, _, out = stage
+    with pytest.raises(BaselineError, match="no \\*.jsonl test files"):
+        load_eval_tests(out / "nowhere", load_page_index(index))
+    Path("results/rasterize/pages/doc/pg1.png").unlink()
+    with pytest.raises(BaselineError, match="pg1.png .*does not exist"):
+        run(stage, EchoBackend())
+
+
+def test_tests_follow_the_page_index_file_map(stage):
+    """Entries with test_ids/jsonl_files (the validate contract) select files and ids, eval/ included."""
+    _, index, tests, _ = stage
+    (tests / "eval").mkdir()
+    (tests / "eval" / "dataset.jsonl").write_text(json.dumps(
+        {"pdf": "doc.pdf", "page": 1, "id": "e1", "type": "present", "text": "Alpha"}) + "\n")
+    pages = load_page_index(index)
+    pages[0] = {**pages[0], "test_ids": ["e1"], "jsonl_files": {"e1": "eval/dataset.jsonl"}}
+    pages[1] = {**pages[1], "test_ids": ["t2"], "jsonl_files": {"t2": "dataset.jsonl"}}
+    pages = pages[:2]
+    selected = load_eval_tests(tests, pages)
+    assert [(t.id, t.source) for t in selected] == [("t2", "dataset.jsonl"), ("e1", "dataset.jsonl"),
+                                                     ("doc.pdf_baseline", "baseline")]
+    pages[0] = {**pages[0], "jsonl_files": {"e1": "eval/missing.jsonl"}}
+    with pytest.raises(BaselineError, match="eval/missing.jsonl"):
+        load_eval_tests(tests, pages)
+
+
+def test_candidate_name():
+    assert candidate_name("headers_footers/x_pg1.pdf", 1, 2) == "headers_footers/x_pg1_pg1_repeat2.md"
+
+
+def test_tiny_model_end_to_end_through_main(stage, tiny_model_dir, tmp_path):
+    """The real transformers backend on the tiny random model: garbage text, well-formed files."""
+    config = tmp_path / "config.yaml"
+    config.write_text("generation:\n  max_new_tokens: 8\n  repeats: 1\n")
+    code = main(["--config", str(config), "--model", str(tiny_model_dir), "--out", "results/baseline/tiny",
+                 "--no-progress", "--threads", "1"])
+    assert code == 0
+    out = Path("results/baseline/tiny")
+    gens = [json.loads(line) for line in (out / "generations.jsonl").read_text().splitlines()]
+    assert len(gens) == 3 and all(g["backend"] == "transformers" for g in gens)
+    assert all(1 <= g["completion_tokens"] <= 8 and g["finish_reason"] in {"stop", "length"} for g in gens)
+    assert all(g["failed"] == (g["finish_reason"] != "stop") for g in gens)
+    scores = json.loads((out / "scores.json").read_text())
+    assert 0.0 <= scores["overall"] <= 1.0
+    assert len(list((out / "candidate").rglob("*.md"))) == 3
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["model_seconds"] > 0 and summary["generated"] == 3
+
+
+def test_main_reports_bad_inputs_with_exit_code(stage, tmp_path):
+    assert main(["--pages", str(tmp_path / "missing.jsonl"), "--out", str(tmp_path / "o"), "--no-progress"]) == 1

@@ -1,0 +1,105 @@
+"""olmpipe.bench.fasthtml: the fast tree gives the same tables as BeautifulSoup, or defers to it."""
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from olmpipe.bench import fasthtml
+from olmpipe.bench.tables import parse_html_tables
+
+START = st.sampled_from(["table", "thead", "tbody", "tr", "tr", "td", "td", "th", "b", "span", "p", "caption"])
+ATTR = st.sampled_from(["", "", "", ' rowspan="2"', " colspan='3'", " rowspan=2", ' colspan="0"', ' rowspan="x"',
+                        " ROWSPAN=\"2\"", ' class="c"', " nowrap", ' colspan="2" colspan="1"', ' style="a:b"'])
+TEXT = st.sampled_from(["a", "Total", " ", "\n", "  \n ", "1.5", "x y", "&amp;", "&lt;", "&nbsp;", "&foo;",
+                        "A & B", "<", "a<b", "3 < 4", "\u00e9", "\t"])
+
+
+@st.composite
+def markup(draw):
+    parts = []
+    for _ in range(draw(st.integers(1, 40))):
+        kind = draw(st.integers(0, 9))
+        if kind <= 3:
+            parts.append(f"<{draw(START)}{draw(ATTR)}>")
+        elif kind <= 5:
+            parts.append(f"</{draw(START)}>")
+        elif kind == 6:
+            parts.append(draw(st.sampled_from(["<br>", "<br/>", "<br />", "</br>", "<td/>", "<TD>", "<!-- c -->"])))
+        else:
+            parts.append(draw(TEXT))
+    return "<table>" + "".join(parts)
+
+
+@st.composite
+def wellformed(draw):
+    """Well-nested tables as models write them: the fast path must take these."""
+    rows = []
+    for _ in range(draw(st.integers(1, 5))):
+        cells = []
+        for _ in range(draw(st.integers(1, 4))):
+            tag = draw(st.sampled_from(["td", "td", "th"]))
+            span = draw(st.sampled_from(["", "", ' rowspan="2"', ' colspan="2"']))
+            body = draw(st.sampled_from(["a", "b", "1", "", " x <br> y ", "<b>t</b>", "&amp;"]))
+            cells.append(f"<{tag}{span}>{body}</{tag}>")
+        rows.append("<tr>" + "".join(cells) + "</tr>")
+    head = draw(st.booleans())
+    body = ("<thead>" + rows[0] + "</thead>" + "".join(rows[1:])) if head else "".join(rows)
+    return "Intro\n\n<table>\n" + body + "\n</table>\n"
+
+
+def _tree(draw, depth):
+    out = []
+    for _ in range(draw(st.integers(0, 4 if depth < 3 else 1))):
+        if depth < 4 and draw(st.booleans()):
+            tag, attr = draw(START), draw(ATTR.filter(lambda a: "class" not in a))
+            closed = draw(st.integers(0, 9)) > 0  # sometimes left open (only at the end is that safe)
+            out.append(f"<{tag}{attr}>" + _tree(draw, depth + 1) + (f"</{tag}>" if closed else ""))
+            if not closed:
+                break
+        else:
+            out.append(draw(st.sampled_from(["a", " ", "\n ", "7", "<br>", "<br/>", "&amp;", "x\ty", "<td/>"])))
+    return "".join(out)
+
+
+@st.composite
+def nested(draw):
+    """Arbitrary nesting of the tag set (tables in cells, cells in cells, spans, open ends)."""
+    return "<table>" + _tree(draw, 0)
+
+
+def tables(text, fast):
+    try:
+        return [(t.rows, t.n_cols, t.header_rows, t.header_cols, t.col_headers, t.row_headers)
+                for t in parse_html_tables(text, fast=fast)]
+    except Exception as exc:  # noqa: BLE001 - compared between the two paths
+        return type(exc).__name__
+
+
+SETTINGS = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@SETTINGS
+@given(markup())
+def test_fast_tree_equals_beautifulsoup(text):
+    assert tables(text, fast=True) == tables(text, fast=False)
+
+
+@SETTINGS
+@given(nested())
+def test_nested_markup_equals_beautifulsoup(text):
+    assert tables(text, fast=True) == tables(text, fast=False)
+
+
+@SETTINGS
+@given(wellformed())
+def test_wellformed_tables_take_the_fast_path(text):
+    assert fasthtml.parse(text) is not None
+    assert tables(text, fast=True) == tables(text, fast=False)
+
+
+def test_fast_path_defers_outside_its_subset():
+    for text in ["<table><tr><td>a&copy;</td></tr></table>", "<table><tr><td><img src=x></td></tr></table>",
+                 "<table><tr><td class='c'>a</td></tr></table>", "<table><tr><td>a</b></td></tr></table>",
+                 "<table><!-- x --><tr><td>a</td></tr></table>", "x<y z</table>"]:
+        assert fasthtml.parse(text) is None, text
+    root = fasthtml.parse("<p>R&D</p><table><tr><td> a &amp; b </td></tr></table>")
+    assert root is not None and root.find("td").get_text() == " a & b "

@@ -1,0 +1,139 @@
+"""olmpipe.bench.scorer: the multi-process batch scorer, time bounds and hostile completions."""
+
+import importlib.util
+import pickle
+import shutil
+import time
+
+import pytest
+
+from olmpipe.bench import BenchScorer, load_tests, run_tests, score_batch
+
+TESTS = load_tests([
+    {"pdf": "a.pdf", "page": 1, "id": "p", "type": "present", "text": "quarterly revenue"},
+    {"pdf": "a.pdf", "page": 1, "id": "a", "type": "absent", "text": "Page 3 of 9"},
+    {"pdf": "a.pdf", "page": 1, "id": "o", "type": "order", "before": "Intro", "after": "quarterly", "max_diffs": 1},
+    {"pdf": "a.pdf", "page": 1, "id": "t", "type": "table", "cell": "12", "left": "2021", "top_heading": "Revenue"},
+    {"pdf": "a.pdf", "page": 1, "id": "b", "type": "baseline"},
+])
+GOOD = "Intro\n\nThe quarterly revenue grew.\n\n| Year | Revenue |\n|---|---|\n| 2021 | 12 |\n"
+# a table whose spans make the reference's header expansion run for seconds
+SLOW = '<table><tr><th colspan="1000" rowspan="2000">h</th></tr>' + "<tr><td>x</td></tr>" * 2000 + "</table>"
+
+HOSTILE = [
+    None,
+    "",
+    "x" * 1_000_000,
+    "The same line again. " * 10_000,
+    "la " * 10_000,
+    "nul\x00bytes\x00" * 100,
+    "lone \ud800 surrogate \udfff",
+    "\u4e2d\u6587 \U0001f600",
+    b"\xff\xfe bytes",
+    12345,
+    [{"role": "assistant", "content": "chat style"}],
+    "| a | b |\n" * 5000,
+    "$" * 10_000,
+    "<table>" * 2000,
+    '<table><tr><td rowspan="x">1</td></tr></table>',
+]
+
+
+@pytest.fixture(scope="module")
+def scorer():
+    with BenchScorer(processes=1, timeout_s=20) as s:
+        yield s
+
+
+def test_scores_match_run_tests_and_rewards(scorer):
+    results = scorer.score([(GOOD, TESTS), ("nothing", TESTS), (GOOD, TESTS[:2])])
+    assert [[v.passed for v in r.verdicts] for r in results[:2]] == [
+        [v.passed for v in run_tests(GOOD, TESTS)], [v.passed for v in run_tests("nothing", TESTS)]]
+    good = results[0]
+    assert good.micro == 1.0 and good.macro == 1.0 and not good.timed_out and good.errors == []
+    bad = results[1]
+    assert bad.micro == 2 / 5  # absent + baseline pass
+    assert bad.macro == pytest.approx((0 + 1 + 0 + 0 + 1) / 5)
+    assert len(results[2].verdicts) == 2
+    assert scorer.score([]) == []
+
+
+def test_pool_is_reused_across_calls(scorer):
+    scorer.score([(GOOD, TESTS)])
+    pids = [w.process.pid for w in scorer._workers]
+    scorer.score([(GOOD, TESTS)] * 5)
+    assert [w.process.pid for w in scorer._workers] == pids
+
+
+def test_hostile_completions_never_raise(scorer):
+    results = scorer.score([(text, TESTS) for text in HOSTILE])
+    assert len(results) == len(HOSTILE)
+    for r in results:
+        assert len(r.verdicts) == len(TESTS) and 0.0 <= r.micro <= 1.0
+        assert all(isinstance(v.reason, str) for v in r.verdicts)
+    assert not any(v.passed for v in results[0].verdicts if v.type != "absent")
+    bad_span = results[-1]
+    assert "ValueError" in bad_span.verdicts[3].reason and not bad_span.verdicts[3].passed
+
+
+def test_hung_worker_is_replaced_and_its_tests_time_out():
+    with BenchScorer(processes=1, timeout_s=0.3, grace_s=0.3) as s:
+        start = time.monotonic()
+        results = s.score([(SLOW, TESTS[3:4]), (GOOD, TESTS)])
+        elapsed = time.monotonic() - start
+        slow, good = results
+        assert slow.timed_out and [v.reason for v in slow.verdicts] == ["timeout"] and slow.micro == 0.0
+        assert good.micro == 1.0 and not good.timed_out
+        assert elapsed < 15
+        assert s.score([(GOOD, TESTS)])[0].micro == 1.0
+
+
+def test_cooperative_deadline_keeps_finished_verdicts(monkeypatch):
+    from olmpipe.bench import run
+
+    monkeypatch.setitem(run._CHECKS, "table", lambda test, page: (time.sleep(0.2), (True, ""))[1])
+    tests = TESTS[:1] + load_tests([{"pdf": "a.pdf", "page": 1, "id": "t2", "type": "table", "cell": "x"},
+                                    {"pdf": "a.pdf", "page": 1, "id": "p2", "type": "present", "text": "h"}])
+    with BenchScorer(processes=0, timeout_s=0.1) as s:
+        (r,) = s.score([("quarterly revenue", tests)])
+    assert [v.reason for v in r.verdicts] == ["", "", "timeout"] and r.timed_out and r.micro == 2 / 3
+
+
+def test_in_process_mode_and_score_batch():
+    local = score_batch([(GOOD, TESTS), (None, TESTS)], processes=0)
+    assert [r.micro for r in local] == [1.0, 0.2]
+    with pytest.raises(ValueError):
+        BenchScorer(processes=-1)
+
+
+def test_scorer_pickles_as_config():
+    s = BenchScorer(processes=2, timeout_s=3)
+    clone = pickle.loads(pickle.dumps(s))
+    assert clone.config == s.config and clone._workers == []
+    clone.close()
+    s.close()
+
+
+@pytest.mark.browser
+@pytest.mark.skipif(importlib.util.find_spec("olmpipe.bench.mathtest") is None or shutil.which("chromium") is None,
+                    reason="olmpipe.bench.mathtest or chromium missing")
+def test_math_in_workers_with_rejected_equations(tmp_path, monkeypatch):
+    monkeypatch.setenv("OLMPIPE_CACHE_DIR", str(tmp_path))
+    tests = load_tests([{"pdf": "a.pdf", "page": 1, "id": "m", "type": "math", "math": r"\frac{a}{b}"}])
+    items = [(r"Broken: $\frac{a}{$ and $\badmacro{x}$", tests), (r"Fine: \(\frac{a}{b}\)", tests),
+             (r"Same, spaced: $$ \frac{a} {b} $$", tests), ("$" * 5000, tests)]
+    with BenchScorer(processes=1, timeout_s=60) as s:
+        broken, fine, spaced, dollars = s.score(items)
+    assert not broken.verdicts[0].passed and broken.verdicts[0].reason and not broken.timed_out
+    assert fine.micro == 1.0 and spaced.micro == 1.0
+    assert not dollars.verdicts[0].passed
+
+
+def test_dead_idle_worker_is_replaced_without_failing_anything():
+    with BenchScorer(processes=1, timeout_s=20) as s:
+        assert s.score([(GOOD, TESTS)])[0].micro == 1.0
+        victim = s._workers[0].process
+        victim.kill()
+        victim.wait()
+        results = s.score([(GOOD, TESTS)] * 3)
+        assert [r.micro for r in results] == [1.0] * 3 and s._workers[0].process.pid != victim.pid

@@ -1,0 +1,98 @@
+"""Tests of the config schema, config/config.yaml and olmpipe.config (the schema owns all defaults)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import yaml
+from benchdata import REPO
+
+from olmpipe.config import DEFAULT_CONFIG_PATH, ConfigError, load_config, load_schema, validate_config
+
+
+def _walk(schema: dict, path: str = ""):
+    """Yield (dotted path, subschema) of every property in the schema."""
+    for key, sub in schema.get("properties", {}).items():
+        yield f"{path}{key}", sub
+        yield from _walk(sub, f"{path}{key}.")
+
+
+def test_every_key_is_typed_described_and_defaulted():
+    schema = load_schema()
+    assert schema["additionalProperties"] is False
+    for path, sub in _walk(schema):
+        assert "type" in sub, f"{path}: no type"
+        assert sub.get("description"), f"{path}: no description"
+        assert "default" in sub, f"{path}: no default"
+        if sub["type"] == "object":
+            assert sub.get("additionalProperties") is False, f"{path}: must reject unknown keys"
+
+
+def test_schema_defaults_are_valid():
+    cfg = validate_config({})
+    assert cfg["rasterize"]["longest_side"] == 1288
+    assert cfg["validate"]["on_invalid"] == "error"
+    assert cfg["bench"]["split"]["seed"] == 0
+
+
+def test_default_config_loads():
+    cfg = load_config()
+    assert cfg["bench"]["dir"] == "data/bench/olmocr-sample"
+    assert (REPO / cfg["bench"]["dir"] / "pdfs").is_dir()
+
+
+def test_every_key_of_config_yaml_has_a_comment_above_it():
+    lines = DEFAULT_CONFIG_PATH.read_text(encoding="utf-8").splitlines()
+    for number, line in enumerate(lines):
+        stripped = line.strip()
+        if not stripped or stripped.startswith(("#", "-")) or ":" not in stripped:
+            continue
+        previous = lines[number - 1].strip() if number else ""
+        assert previous.startswith("#"), f"config/config.yaml line {number + 1} ({stripped!r}) has no comment above it"
+
+
+def test_misspelled_key_is_rejected_with_its_name(tmp_path):
+    path = tmp_path / "config.yaml"
+    path.write_text("rasterize:\n  longest_sid: 512\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    message = str(info.value)
+    assert "unknown key(s) 'longest_sid' under rasterize" in message
+    assert "longest_side" in message  # the allowed keys are listed
+
+
+def test_wrong_type_names_the_key():
+    with pytest.raises(ConfigError, match="rasterize/longest_side"):
+        validate_config({"rasterize": {"longest_side": "big"}})
+    with pytest.raises(ConfigError, match="validate/on_invalid"):
+        validate_config({"validate": {"on_invalid": "ignore"}})
+
+
+def test_overrides_merge_into_sections():
+    cfg = load_config(overrides={"rasterize": {"longest_side": 512}})
+    assert cfg["rasterize"]["longest_side"] == 512
+    assert cfg["rasterize"]["on_error"] == "error"
+
+
+def test_not_a_mapping_and_bad_yaml(tmp_path):
+    (tmp_path / "a.yaml").write_text("- 1\n- 2\n")
+    with pytest.raises(ConfigError, match="must be a mapping"):
+        load_config(tmp_path / "a.yaml")
+    (tmp_path / "b.yaml").write_text("rasterize: [\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_config(tmp_path / "b.yaml")
+
+
+@pytest.mark.slow
+def test_snakemake_rejects_a_misspelled_key(tmp_path):
+    (tmp_path / "config").mkdir()
+    (tmp_path / "config" / "config.yaml").write_text(yaml.safe_dump({"validate": {"on_invalidd": "drop"}}))
+    proc = subprocess.run(
+        [sys.executable, "-m", "snakemake", "-n", "-s", str(REPO / "Snakefile"), "-d", str(tmp_path)],
+        capture_output=True, text=True, timeout=300, check=False,
+    )
+    assert proc.returncode != 0
+    text = proc.stdout + proc.stderr
+    assert "Additional properties are not allowed ('on_invalidd' was unexpected)" in text

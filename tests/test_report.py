@@ -1,0 +1,168 @@
+"""Tests of olmpipe.report: the self-contained HTML page from hand-made runs."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from olmpipe import report
+from olmpipe.compare import CompareSettings, compare_runs, load_run, write_comparison
+from olmpipe.config import load_config
+from olmpipe.plots import write_plots
+from olmpipe.testing.runs import BASELINE_TEXTS, TRAINED_TEXTS, make_page_images, make_run
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    root = tmp_path_factory.mktemp("report")
+    base = make_run(root, "baseline", BASELINE_TEXTS)
+    trained = make_run(root, "trained", TRAINED_TEXTS, lose_front_matter={("doc1.pdf", 1, 1)},
+                       finish_length={("doc3.pdf", 1, 3)})  # fmt: skip
+    comparison = compare_runs(load_run(base, "base"), load_run(trained, "base+grpo"),
+                              CompareSettings(bootstrap_samples=5)).to_json()  # fmt: skip
+    pages = make_page_images(root, BASELINE_TEXTS.keys())
+    metrics = root / "seed0" / "metrics.jsonl"
+    metrics.parent.mkdir()
+    metrics.write_text("".join(json.dumps({"step": s, "reward": s / 10}) + "\n" for s in range(1, 4)))
+    plots = write_plots(comparison, {"seed0": metrics}, root / "plots")
+    return root, comparison, pages, plots
+
+
+@pytest.fixture(scope="module")
+def html(setup):
+    root, comparison, pages, plots = setup
+    out = report.write_report(
+        root / "index.html", comparison=comparison, plots=plots, settings=report.ReportSettings(),
+        config=load_config(), pages_index=pages, tests_dir=root / "bench",
+    )  # fmt: skip
+    return out.read_text()
+
+
+def test_headline_and_score_table(html):
+    assert "Overall olmOCR-Bench score 12.5% &rarr; <b>75.0%</b>" in html
+    assert "+62.5 points, 95% CI [+40.0, +97.5]" in html
+    assert "paired sign-flip p = 0.125, exact; 6 tests" in html
+    assert "could be chance" in html  # p = 0.125 > 0.05
+    for name in ("overall", "absent", "present", "a.jsonl", "b.jsonl"):
+        assert f"<td>{name}</td>" in html
+
+
+def test_guards_are_shown(html):
+    assert "Reward-hacking guards:" in html
+    assert "2 of 4 gained tests are `absent` tests" in html
+    assert "doc3.pdf p1 (repeats [3])" in html  # became empty
+    assert "doc1.pdf p1 (repeats [1])" in html  # lost front matter
+    assert "100.0% &rarr; 88.9%" in html  # EOS rate
+
+
+def test_page_samples_show_image_outputs_and_verdicts(html):
+    assert html.count("<section class='page'>") == 3
+    # three plots + three page images, all embedded
+    assert len(re.findall(r"src='data:image/png;base64,", html)) == 6
+    assert "doc2.pdf page 1: 0/2 &rarr; 2/2 tests passed (+100.0 points)" in html
+    assert "<pre>junk text</pre>" in html and "<pre>gamma</pre>" in html
+    assert "<td>a4</td><td>absent</td><td>&#x27;junk&#x27;</td>" in html
+    assert "<span class='bad'>fail 0/3</span></td><td><span class='ok'>pass 3/3</span>" in html
+    assert "trained: Expected &#x27;delta" in html  # b1 still fails after training
+    assert "output became empty (repeats [3])" in html  # page flag (the first repeat shown is not empty)
+    assert "empty output" in report._text_block("", 3, 100)
+
+
+def test_self_contained_with_config_and_versions(html):
+    assert not re.search(r"""(src|href)=["'](?!data:)""", html)  # nothing loaded from elsewhere
+    assert "bootstrap_samples: 1000" in html  # the run configuration
+    assert "<th>transformers</th>" in html and "<th>python</th>" in html
+
+
+def test_select_pages_takes_gains_then_losses_then_rest():
+    pages = [{"pdf": f"p{i}.pdf", "page": 1, "change": c} for i, c in enumerate([0.5, -0.2, 0, 1.0, -0.7, 0.1])]
+    names = [p["pdf"] for p in report.select_pages(pages, 4)]
+    assert names == ["p3.pdf", "p0.pdf", "p4.pdf", "p1.pdf"]
+    assert [p["pdf"] for p in report.select_pages(pages, 1)] == ["p3.pdf"]
+    assert len(report.select_pages(pages, 10)) == 6
+    only_gains = [{"pdf": "a.pdf", "page": 1, "change": 0.5}, {"pdf": "b.pdf", "page": 1, "change": 0.0}]
+    assert [p["pdf"] for p in report.select_pages(only_gains, 2)] == ["a.pdf", "b.pdf"]
+
+
+def test_missing_page_image_is_reported_not_fatal(setup, tmp_path):
+    _, comparison, _, plots = setup
+    index = tmp_path / "pages.jsonl"
+    index.write_text(json.dumps({"pdf": "doc2.pdf", "page": 1, "image": "nowhere.png", "split": "eval"}) + "\n")
+    html = report.build_report(comparison, plots, report.ReportSettings(sample_pages=1), pages_index=index)
+    assert "page image not found: nowhere.png" in html
+
+
+def test_long_outputs_are_cut(setup):
+    _, comparison, pages, _ = setup
+    html = report.build_report(comparison, {}, report.ReportSettings(max_chars=100), pages_index=pages)
+    assert "no plots" in html and not re.search(r"\(first \d+ of \d+ characters\)", html)  # short texts
+    assert "(first 100 of 250 characters)" in report._text_block("x" * 250, 3, 100)
+
+
+def test_main_writes_plots_and_report(setup, tmp_path):
+    root, comparison, pages, _ = setup
+    json_path = tmp_path / "comparison.json"
+    json_path.write_text(json.dumps(comparison))
+    out = tmp_path / "r" / "index.html"
+    code = report.main(["--comparison", str(json_path), "--metrics", str(root / "seed0" / "metrics.jsonl"),
+                        "--plots", str(tmp_path / "plots"), "--pages", str(pages), "--tests",
+                        str(root / "bench"), "--out", str(out)])  # fmt: skip
+    assert code == 0 and out.is_file()
+    assert sorted(p.name for p in (tmp_path / "plots").iterdir()) == ["page_change.png", "rewards.png", "type_rates.png"]
+    assert report.main(["--comparison", str(tmp_path / "none.json"), "--out", str(out)]) == 1
+
+
+def test_write_comparison_roundtrip_feeds_the_report(setup, tmp_path):
+    root, _, _, plots = setup
+    base, trained = load_run(root / "baseline"), load_run(root / "trained")
+    comp = compare_runs(base, trained, CompareSettings(bootstrap_samples=5))
+    write_comparison(comp, tmp_path / "c.json", tmp_path / "c.csv")
+    html = report.build_report(json.loads((tmp_path / "c.json").read_text()), plots, report.ReportSettings())
+    assert "Overall olmOCR-Bench score 12.5%" in html
+
+
+@pytest.mark.slow
+def test_workflow_rules_and_snakemake_report(tmp_path):
+    """The report rules run for real in Snakemake on hand-made upstream results, and
+    ``snakemake --report`` collects the comparison table, the plots and the HTML page."""
+    import shutil
+    import subprocess
+
+    import yaml
+
+    from olmpipe.config import REPO_ROOT
+    from olmpipe.testing.runs import make_upstream_results
+
+    cfg = yaml.safe_load((REPO_ROOT / "config" / "config.yaml").read_text())
+    cfg["bench"]["dir"] = str(REPO_ROOT / cfg["bench"]["dir"])
+    cfg.setdefault("train", {})["seeds"] = [0, 1]
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg))
+    make_upstream_results(tmp_path, cfg["model"]["name"], seeds=[0, 1])
+    snakemake = shutil.which("snakemake")
+    assert snakemake is not None
+    # only the rules of this module may run; the upstream results above stand for the others
+    base = [snakemake, "-s", str(REPO_ROOT / "Snakefile"), "-d", str(tmp_path), "--rerun-triggers", "mtime",
+            "--configfile", str(tmp_path / "config.yaml"),
+            "--allowed-rules", "evaluate_compare", "report_plots", "report_html", "report"]  # fmt: skip
+    run = subprocess.run([*base, "--cores", "1", "--", "report"], capture_output=True, text=True, timeout=600,
+                         check=False)
+    assert run.returncode == 0, run.stderr[-3000:]
+    for name in ("results/evaluate/comparison.json", "results/evaluate/comparison.csv",
+                 "results/report/index.html", "results/report/plots/rewards.png",
+                 "results/report/plots/type_rates.png", "results/report/plots/page_change.png"):  # fmt: skip
+        assert (tmp_path / name).is_file(), name
+    assert "12.5% -> 75.0%" in run.stdout  # the console table of the last job
+    html = (tmp_path / "results/report/index.html").read_text()
+    assert "Overall olmOCR-Bench score 12.5% &rarr; <b>75.0%</b>" in html
+
+    smk_report = tmp_path / "snakemake_report.html"
+    run = subprocess.run([*base, "--report", str(smk_report), "--", "report"], capture_output=True, text=True,
+                         timeout=600, check=False)
+    assert run.returncode == 0, run.stderr[-3000:]
+    log = run.stdout + run.stderr
+    for name in ("comparison.csv", "rewards.png", "type_rates.png", "page_change.png", "index.html"):
+        assert f"Adding {name}" in log, name
+    text = smk_report.read_text()
+    assert "1000 resamples" in text  # the comparison caption, rendered with the config

@@ -1,0 +1,234 @@
+"""Tests of olmpipe.rewards: parity of the unit-test rewards with olmOCR's GRPO reward, the answer
+and reference rewards, the TRL contract (names, pickling, None rows), filters, hostile completions."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import pickle
+import time
+from pathlib import Path
+
+import pytest
+
+from olmpipe.config import load_config
+from olmpipe.rewards import (
+    BenchReward,
+    EditDistanceReward,
+    EosReward,
+    MedoidReward,
+    TestLookupError,
+    bench_reward,
+    build_rewards,
+    completion_text,
+    element_count_reward,
+    front_matter_reward,
+    rect_tables_reward,
+    scored_text,
+    table_is_rectangular,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLE = ROOT / "data" / "bench" / "olmocr-sample"
+PARITY = ROOT.parent / "shared" / "bench" / "parity-dev"
+HAS_MATH = importlib.util.find_spec("olmpipe.bench.mathtest") is not None
+
+FM = ("---\nprimary_language: en\nis_rotation_valid: True\nrotation_correction: 0\n"
+      "is_table: False\nis_diagram: False\n---\n")
+
+
+def _earnings_ids() -> list[str]:
+    ids = []
+    for line in filter(str.strip, (SAMPLE / "dataset.jsonl").read_text(encoding="utf-8").splitlines()):
+        record = json.loads(line)
+        if record["pdf"] == "earnings.pdf":
+            ids.append(record["id"])
+    return ids
+
+
+@pytest.fixture(scope="module")
+def scorer_reward():
+    """One micro and one macro reward sharing the module (one worker process each)."""
+    micro, macro = BenchReward(average="micro", processes=1), BenchReward(average="macro", processes=1)
+    yield micro, macro
+    micro.close()
+    macro.close()
+
+
+def _variants(with_math: bool):
+    rows = [json.loads(line) for line in (PARITY / "variants.jsonl").read_text(encoding="utf-8").splitlines()]
+    types = {}
+    for name in ("dataset.jsonl", "blanks.jsonl"):
+        for line in filter(str.strip, (SAMPLE / name).read_text(encoding="utf-8").splitlines()):
+            record = json.loads(line)
+            types[record["id"]] = record["type"]
+    return [r for r in rows if with_math or all(types[t] != "math" for t in r["reward_test_ids"])]
+
+
+@pytest.mark.skipif(not PARITY.is_dir(), reason="parity-dev fixtures not present")
+@pytest.mark.parametrize("with_math", [False, pytest.param(True, marks=[
+    pytest.mark.browser, pytest.mark.skipif(not HAS_MATH, reason="KaTeX math checker not built yet")])])
+def test_parity_with_olmocr_reward(scorer_reward, with_math):
+    """bench_reward / bench_macro_reward equal olmOCR's micro and macro rewards on the parity variants."""
+    rows = _variants(with_math)
+    assert len(rows) > 300
+    texts = []
+    for row in rows:
+        with open(PARITY / row["variant_file"], encoding="utf-8", newline="") as fh:
+            texts.append(fh.read())
+    kwargs = {
+        "test_ids": [r["reward_test_ids"] for r in rows],
+        "jsonl_file": [str(SAMPLE / r["reward_jsonl_file"]) for r in rows],
+    }
+    micro, macro = scorer_reward
+    got_micro = micro(prompts=[None] * len(rows), completions=texts, **kwargs)
+    got_macro = macro(prompts=[None] * len(rows), completions=texts, **kwargs)
+    bad = [
+        (r["variant_id"], r["reward_micro"], m, r["reward_macro"], a)
+        for r, m, a in zip(rows, got_micro, got_macro, strict=True)
+        if abs(m - r["reward_micro"]) > 1e-9 or abs(a - r["reward_macro"]) > 1e-9
+    ]
+    assert not bad, f"{len(bad)} of {len(rows)} variants differ, e.g. {bad[:5]}"
+
+
+def test_conversational_completions_and_metrics(scorer_reward):
+    """Conversational completions score like plain ones; pass rates, timeouts, verdicts are logged."""
+    micro, _ = scorer_reward
+    ids = _earnings_ids()
+    page = (SAMPLE / "olmocr_pipeline" / "earnings_pg1_repeat1.md").read_text(encoding="utf-8")
+    metrics, extra = {}, {}
+    rewards = micro(
+        prompts=[None, None],
+        completions=[[{"role": "assistant", "content": page}], page],
+        test_ids=[ids, ids], test_files=[[str(SAMPLE / "dataset.jsonl")] * len(ids)] * 2,
+        pdf=["earnings.pdf"] * 2, page=[1, 1],
+        log_metric=lambda k, v: metrics.setdefault(k, v),
+        log_extra=lambda k, v: extra.setdefault(k, v),
+    )
+    assert rewards[0] == rewards[1] > 0
+    assert metrics["bench/timeouts"] == 0 and metrics["bench/errors"] == 0
+    assert "bench/pass_rate/type/table" in metrics and "bench/pass_rate/jsonl/dataset.jsonl" in metrics
+    verdicts = json.loads(extra["bench_verdicts"][0])
+    assert {v["id"] for v in verdicts} == set(ids) and extra["page_id"] == ["earnings.pdf#1"] * 2
+
+
+def test_filters_and_rows_without_tests(tmp_path):
+    """Type and JSONL filters remove tests; a row left without tests scores None (TRL skips it)."""
+    ids = _earnings_ids()
+    files = [str(SAMPLE / "dataset.jsonl")] * len(ids)
+    reward = BenchReward(types=["present"], processes=0)
+    assert reward.tests_for(ids, files) == []  # earnings has only table tests
+    assert reward(completions=["x"], test_ids=[ids], test_files=[files]) == [None]
+    kept = BenchReward(jsonl_regex="DATA", processes=0).tests_for(ids, files)
+    assert len(kept) == len(ids)
+    assert BenchReward(jsonl_regex="^blanks", processes=0).tests_for(ids, files) == []
+    assert BenchReward(processes=0)(completions=["x"], test_ids=[[]], test_files=[[]]) == [None]
+    with pytest.raises(TestLookupError, match="not in"):
+        BenchReward(processes=0).tests_for(["no_such_test"], [files[0]])
+    with pytest.raises(TestLookupError, match="cannot be read"):
+        BenchReward(processes=0).tests_for(["x"], [str(tmp_path / "missing.jsonl")])
+
+
+def test_hostile_completions_return_within_the_time_bound():
+    """1 MB of text, a 10,000-fold repetition, binary noise and None never crash or stall the reward."""
+    ids = _earnings_ids()
+    files = [str(SAMPLE / "dataset.jsonl")] * len(ids)
+    noise = bytes(range(256)) * 4096
+    completions = [
+        "word " * 200_000,                                  # 1 MB
+        "<table><tr><td>62</td></tr></table>" * 10_000,     # repetition loop with tables
+        noise.decode("latin-1"),                            # binary noise as text
+        noise,                                              # raw bytes
+        None,
+    ]
+    timeout_s = 2.0
+    with BenchReward(processes=1, timeout_s=timeout_s) as reward:
+        reward(completions=["warm up"], test_ids=[ids], test_files=[files])  # worker start-up
+        metrics = {}
+        start = time.monotonic()
+        rewards = reward(completions=completions, test_ids=[ids] * 5, test_files=[files] * 5,
+                         log_metric=lambda k, v: metrics.setdefault(k, v))
+        elapsed = time.monotonic() - start
+    assert len(rewards) == 5 and all(isinstance(r, float) and 0.0 <= r <= 1.0 for r in rewards)
+    assert rewards[4] == 0.0 and metrics["bench/errors"] >= 1
+    grace = 2.0 + 3.0  # BenchScorer's kill grace + process replacement
+    assert elapsed < len(completions) * (timeout_s + grace)
+
+
+def test_picklable_with_names():
+    """Parameterised rewards pickle (worker pools stay behind) and keep names ending in _reward."""
+    rewards = [BenchReward(average="macro", types=["table"], jsonl_regex="data"), EosReward([5]),
+               EditDistanceReward(), MedoidReward()]
+    for reward in rewards:
+        copy = pickle.loads(pickle.dumps(reward))
+        assert copy.__name__ == reward.__name__ and copy.__name__.endswith("_reward")
+    assert pickle.loads(pickle.dumps(rewards[0])).tests_for(_earnings_ids()[:1], [str(SAMPLE / "dataset.jsonl")])
+    for func in (front_matter_reward, element_count_reward, rect_tables_reward, bench_reward):
+        assert func.__name__.endswith("_reward") and pickle.loads(pickle.dumps(func)) is func
+
+
+def test_eos_reward():
+    reward = EosReward([7, 9])
+    assert reward(completions=["a", "b", "c", "d"], completion_ids=[[1, 7], [9], [1, 2], []]) == [1.0, 1.0, 0.0, 0.0]
+    assert reward(completions=["a"]) == [None]
+
+    class Tok:
+        eos_token_id = 3
+
+    class Proc:
+        tokenizer = Tok()
+
+    assert EosReward.for_tokenizer(Proc()).eos_token_ids == {3}
+
+
+def test_front_matter_reward():
+    ok = FM + "Hello"
+    other = ok.replace("is_table: False", "is_table: True").replace("en", "de")
+    out = front_matter_reward(completions=[ok, ok, other, "Hello", FM.replace("0\n", "45\n"), None, b"\xff"],
+                              reference=[ok, None, ok, ok, ok, ok, None])
+    assert out == [1.0, 0.5, 0.8, 0.0, 0.0, 0.0, 0.0]
+
+
+def test_reference_rewards():
+    ref = FM + "<table><tr><td>a</td></tr></table> $$x$$ text"
+    assert EditDistanceReward()(completions=[ref, "zzz", "x"], reference=[ref, ref, None])[0] == 1.0
+    assert EditDistanceReward()(completions=["zzz"], reference=[ref])[0] < 0.3
+    assert element_count_reward(completions=[ref, "$$y$$", ""], reference=[ref, ref, None]) == [1.0, 0.5, None]
+    assert table_is_rectangular("<table><tr><td rowspan=2>a</td><td>b</td></tr><tr><td>c</td></tr></table>")
+    assert not table_is_rectangular("<table><tr><td>a</td><td>b</td></tr><tr><td>c</td></tr></table>")
+    assert rect_tables_reward(completions=["no table", "<table><tr><td>a</td></tr></table>" * 2]) == [1.0, 1.0]
+
+
+def test_medoid_reward_groups_by_page():
+    reward = MedoidReward()
+    out = reward(completions=["abc", "abc", "abd", "zzzz", "zzzz"], pdf=["a", "a", "a", "b", "b"], page=[1] * 5)
+    assert out[0] == 1.0 and out[1] == 1.0 and 0 < out[2] < 1 and out[3] == out[4] == 1.0
+    huge = ["x" * 1_000_000, "y" * 1_000_000]
+    start = time.monotonic()
+    assert len(reward(completions=huge)) == 2 and time.monotonic() - start < 5
+
+
+def test_text_helpers():
+    assert completion_text([{"role": "assistant", "content": [{"type": "text", "text": "a"}]}]) == "a"
+    assert completion_text(None) is None and completion_text(42) is None
+    assert scored_text(FM + "Body", "page_text") == "Body" and scored_text(FM + "Body", "full") == FM + "Body"
+    with pytest.raises(ValueError):
+        scored_text("x", "other")
+
+
+def test_build_rewards_from_config():
+    cfg = load_config()
+
+    class Tok:
+        eos_token_id = 3
+
+    rewards = build_rewards(cfg["rewards"], tokenizer=Tok())
+    assert rewards.names == ["bench_reward", "front_matter_reward", "eos_reward"]
+    assert rewards.weights == [1.0, 1.0, 1.0]
+    cfg["rewards"]["weights"].update(bench=None, bench_macro=0.5, medoid=0.0, eos=None, front_matter=None)
+    rewards = build_rewards(cfg["rewards"])
+    assert rewards.names == ["bench_macro_reward", "medoid_reward"] and rewards.weights == [0.5, 0.0]
+    assert rewards.funcs[0].log_details
+    cfg["rewards"]["weights"] = {k: None for k in cfg["rewards"]["weights"]}
+    with pytest.raises(ValueError, match="selects no reward"):
+        build_rewards(cfg["rewards"])

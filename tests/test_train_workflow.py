@@ -1,0 +1,95 @@
+"""The train rules run for real by Snakemake on a small config, and the plan of the olmOCR 2 recipe."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from benchdata import REPO, make_small_bench
+
+pytestmark = pytest.mark.slow
+
+
+def snakemake(workdir: Path, *args: str) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "-d", str(workdir),
+           "--cores", "2", "--nolock", *args]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, check=False)
+    assert proc.returncode == 0, f"snakemake failed ({proc.returncode}):\n{proc.stdout[-5000:]}\n{proc.stderr[-5000:]}"
+    return proc
+
+
+def job_counts(proc: subprocess.CompletedProcess) -> dict[str, int]:
+    text = proc.stdout + proc.stderr
+    if "Nothing to be done" in text:
+        return {}
+    counts = {}
+    for line in text.split("Job stats:", 1)[1].splitlines()[3:]:
+        match = re.match(r"^(\S+)\s+(\d+)$", line.strip())
+        if not match:
+            break
+        counts[match[1]] = int(match[2])
+    counts.pop("total", None)
+    return counts
+
+
+def test_olmocr2_plan_lists_six_gpu_seeds_and_the_soup(tmp_path):
+    """`snakemake -n train --configfile config/olmocr2.yaml`: six 8-GPU training jobs, the soup,
+    the evaluation; token-level and sequence-level seeds; accelerate with 8 processes."""
+    for name in ("data", "config"):
+        (tmp_path / name).symlink_to(REPO / name)
+    proc = snakemake(tmp_path, "-n", "-p", "train", "--configfile", str(REPO / "config" / "olmocr2.yaml"))
+    counts = job_counts(proc)
+    assert counts["train_seed"] == 6 and counts["soup"] == 1 and counts["evaluate_compare"] == 1
+    assert "build_model" not in counts  # a real model, not the embedded one
+    text = proc.stdout + proc.stderr
+    jobs = re.findall(r"rule train_seed:\n(.*?)\n\n", text + "\n\n", flags=re.S)
+    assert len(jobs) == 6
+    for job in jobs:
+        assert "gpu=8" in job and "runtime=2880" in job and "mem_mb=480000" in job
+    commands = re.findall(r"exec (.*?--config-json '(.*?)'.*)", text)
+    assert len(commands) == 6
+    levels = {}
+    for command, config in commands:
+        assert "accelerate.commands.launch --multi_gpu --num_processes 8" in command
+        seed = int(re.search(r"--seed (\d+)", command)[1])
+        job = json.loads(config)
+        assert job["train"]["seeds"] == [seed] and job["model"]["path"] == "allenai/olmOCR-7B-0825"
+        overrides = job["train"]["seed_overrides"]
+        levels[seed] = overrides[0]["grpo"]["importance_sampling_level"] if overrides else "token"
+    assert levels == {1: "token", 2: "token", 3: "token", 4: "sequence", 5: "sequence", 6: "sequence"}
+
+
+CONFIG = {
+    "bench": {"dir": "bench", "split": {"eval_fraction": 0.34}},
+    "rasterize": {"longest_side": 200},
+    "validate": {"check_math": False},
+    "rewards": {"bench": {"processes": 0}},
+    "train": {"seeds": [0, 1], "wandb": {"mode": "disabled"},
+              "grpo": {"max_steps": 2, "max_completion_length": 8, "save_steps": 1}},
+}
+
+
+def test_seeds_train_as_jobs_and_soup(tmp_path):
+    """Two seeds and their soup for real; rerunning does nothing; a new seed trains only itself."""
+    make_small_bench(tmp_path / "bench")
+    (tmp_path / "config").mkdir()
+    (tmp_path / "config" / "config.yaml").write_text(yaml.safe_dump(CONFIG))
+    first = snakemake(tmp_path, "soup")
+    assert job_counts(first) == {"rasterize_pdf": 3, "rasterize": 1, "validate": 1, "build_model": 1,
+                                 "train_seed": 2, "soup": 1}
+    for seed in (0, 1):
+        run = tmp_path / "results" / "train" / f"seed{seed}"
+        assert (run / "model" / "config.json").exists() and (run / "checkpoint-2").is_dir()
+        assert [r["step"] for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines())] == [1, 2]
+    soup = tmp_path / "results" / "train" / "soup" / "model"
+    assert json.loads((soup / "olmpipe_soup.json").read_text())["inputs"] == [
+        "results/train/seed0/model", "results/train/seed1/model"]
+    assert job_counts(snakemake(tmp_path, "soup")) == {}
+    CONFIG_3 = {**CONFIG, "train": {**CONFIG["train"], "seeds": [0, 1, 2]}}
+    (tmp_path / "config" / "config.yaml").write_text(yaml.safe_dump(CONFIG_3))
+    assert job_counts(snakemake(tmp_path, "soup")) == {"train_seed": 1, "soup": 1}

@@ -1,0 +1,230 @@
+"""Tests of olmpipe.validate: every bad-input case gives its message; error/drop; coverage; page index."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from benchdata import make_blank_pdf, make_corrupt_pdf, make_small_bench, sample_records, write_jsonl
+
+from olmpipe.config import validate_config
+from olmpipe.rasterize import rasterize_bench
+from olmpipe.split import eval_count, split_pdfs
+from olmpipe.validate import ValidationFailed, check_pdf_field, main, run_validate
+
+GOOD = {"pdf": "earnings.pdf", "page": 1, "type": "present", "text": "Earnings"}
+
+
+@pytest.fixture
+def bench(tmp_path):
+    """A small bench (3 PDFs, 5 pages, all tested) rasterized at 32 px."""
+    root = make_small_bench(tmp_path / "bench")
+    rasterize_bench(root, tmp_path / "rasterize", longest_side=32, on_error="skip")
+    return root
+
+
+def _cfg(bench: Path, eval_dir=None, **validate) -> dict:
+    return validate_config({
+        "bench": {"dir": str(bench), "eval_dir": str(eval_dir) if eval_dir else None},
+        "validate": {"check_math": False, **validate},
+    })
+
+
+def _run(bench: Path, tmp_path: Path, eval_dir=None, math_checker=None, **validate):
+    out = tmp_path / "validate"
+    result = run_validate(
+        _cfg(bench, eval_dir, **validate), manifest_path=tmp_path / "rasterize" / "manifest.jsonl",
+        tests_dir=out / "tests", report_path=out / "report.json", pages_path=out / "pages.jsonl",
+        math_checker=math_checker,
+    )
+    return result, out
+
+
+def _reasons(result) -> list[str]:
+    return [str(p) for p in result.problems]
+
+
+def test_the_small_bench_is_valid(bench, tmp_path):
+    result, out = _run(bench, tmp_path)
+    assert result.problems == []
+    records = sample_records()
+    assert result.counts["tests_read"] == result.counts["tests_valid"] == len(records)
+    # validated tests keep their original lines (ids preserved, fields not normalized)
+    assert (out / "tests" / "dataset.jsonl").read_text() == (bench / "dataset.jsonl").read_text()
+    pages = [json.loads(line) for line in (out / "pages.jsonl").read_text().splitlines()]
+    assert sorted((p["pdf"], p["page"]) for p in pages) == sorted(
+        [("mattsnotes.pdf", 1), ("mattsnotes.pdf", 2), ("mattsnotes.pdf", 3), ("earnings.pdf", 1),
+         ("headers_footers/ff1fc6a205ad039139ce566851b6b260c929_pg1.pdf", 1)])
+    for page in pages:
+        assert Path(page["image"]).is_file() and page["split"] in ("train", "eval")
+        assert set(page["test_ids"]) == set(page["jsonl_files"]) == set(page["types"])
+        assert page["bench_dir"] == str(bench)
+    by_pdf = {}
+    for page in pages:
+        by_pdf.setdefault(page["pdf"], set()).add(page["split"])
+    assert all(len(sides) == 1 for sides in by_pdf.values())  # whole PDFs per side
+    assert {s for sides in by_pdf.values() for s in sides} == {"train", "eval"}
+    report = json.loads((out / "report.json").read_text())
+    assert report["ok"] is True and report["problems"] == []
+
+
+@pytest.mark.parametrize(
+    ("record", "message"),
+    [
+        ({**GOOD, "id": "up", "pdf": "../bench/pdfs/earnings.pdf"}, "leaves pdfs/ ('..' is not allowed)"),
+        ({**GOOD, "id": "abs", "pdf": "/etc/passwd.pdf"}, "is absolute"),
+        ({**GOOD, "id": "gone", "pdf": "missing.pdf"}, "PDF 'missing.pdf' does not exist in"),
+        ({**GOOD, "id": "p9", "page": 9}, "page 9 does not exist in 'earnings.pdf' (1 page(s))"),
+        ({**GOOD, "id": "odd", "type": "presence"}, "unknown test type 'presence'"),
+        ({**GOOD, "id": "empty", "text": "   "}, "field 'text' is empty"),
+        ('{"pdf": "earnings.pdf", "page": 1, "id": "broken", "type": "present", "text": "x"', "malformed JSON"),
+    ],
+    ids=["dotdot", "absolute", "missing-pdf", "missing-page", "unknown-type", "empty-text", "malformed-json"],
+)
+def test_bad_test_is_reported_with_file_line_and_reason(bench, tmp_path, record, message):
+    write_jsonl(bench / "extra.jsonl", [{**GOOD, "id": "fine"}, record])
+    with pytest.raises(ValidationFailed) as info:
+        _run(bench, tmp_path)
+    assert message in str(info.value)
+    report = json.loads((tmp_path / "validate" / "report.json").read_text())
+    (problem,) = report["problems"]
+    assert problem["file"] == str(bench / "extra.jsonl") and problem["line"] == 2
+    assert message in problem["reason"]
+    if isinstance(record, dict):
+        assert problem["test_id"] == record["id"]
+
+
+def test_duplicate_ids_across_files_keep_the_first(bench, tmp_path):
+    first_id = sample_records()[0]["id"]
+    write_jsonl(bench / "more.jsonl", [{**GOOD, "id": "new"}, {**GOOD, "id": first_id}])
+    result, out = _run(bench, tmp_path, on_invalid="drop")
+    (problem,) = result.problems
+    assert problem.test_id == first_id and problem.line == 2 and problem.file.endswith("more.jsonl")
+    assert f"duplicate test id (first defined in {bench / 'dataset.jsonl'} line 1)" in problem.reason
+    assert [json.loads(x)["id"] for x in (out / "tests" / "more.jsonl").read_text().splitlines()] == ["new"]
+
+
+def test_duplicate_id_within_a_file(bench, tmp_path):
+    write_jsonl(bench / "more.jsonl", [{**GOOD, "id": "twice"}, {**GOOD, "id": "twice"}])
+    with pytest.raises(ValidationFailed, match="duplicate test id"):
+        _run(bench, tmp_path)
+
+
+def test_drop_writes_the_set_without_bad_tests(bench, tmp_path):
+    write_jsonl(bench / "extra.jsonl", [{**GOOD, "id": "ok1"}, {**GOOD, "id": "bad", "page": 4}, "{nope"])
+    result, out = _run(bench, tmp_path, on_invalid="drop")
+    assert len(result.problems) == 2
+    assert [json.loads(x)["id"] for x in (out / "tests" / "extra.jsonl").read_text().splitlines()] == ["ok1"]
+    index_ids = {i for line in (out / "pages.jsonl").read_text().splitlines() for i in json.loads(line)["test_ids"]}
+    assert "ok1" in index_ids and "bad" not in index_ids
+    assert json.loads((out / "report.json").read_text())["counts"]["tests_dropped"] == 2
+
+
+def test_uncovered_page_is_reported(bench, tmp_path):
+    records = [r for r in sample_records() if not (r["pdf"] == "mattsnotes.pdf" and r["page"] == 2)]
+    write_jsonl(bench / "dataset.jsonl", records)
+    result, _ = _run(bench, tmp_path, on_invalid="drop")
+    assert _reasons(result) == [f"{bench}/pdfs/mattsnotes.pdf: page 2 has no valid test (every page must be tested)"]
+    assert result.counts["pages"] == 4
+    result, _ = _run(bench, tmp_path, require_page_coverage=False)
+    assert result.problems == []
+
+
+def test_tests_of_a_skipped_pdf_are_reported(tmp_path):
+    root = make_small_bench(tmp_path / "bench", pdfs=("earnings.pdf",))
+    make_corrupt_pdf(root / "pdfs" / "broken.pdf")
+    write_jsonl(root / "extra.jsonl", [{**GOOD, "id": "on-broken", "pdf": "broken.pdf"}])
+    rasterize_bench(root, tmp_path / "rasterize", longest_side=32, on_error="skip")
+    result, _ = _run(root, tmp_path, on_invalid="drop")
+    (problem,) = result.problems
+    assert problem.test_id == "on-broken" and "could not be rasterized: " in problem.reason
+    assert "corrupt or unreadable PDF" in problem.reason
+
+
+def test_math_that_does_not_render_is_reported(bench, tmp_path):
+    math = {"pdf": "earnings.pdf", "page": 1, "type": "math"}
+    write_jsonl(bench / "math.jsonl", [{**math, "id": "m-ok", "math": "x^2"}, {**math, "id": "m-bad", "math": "\\frac{"}])
+    seen = []
+
+    def checker(equations):
+        seen.extend(equations)
+        return {eq: ("ParseError: Expected '}'" if eq == "\\frac{" else None) for eq in equations}
+
+    result, out = _run(bench, tmp_path, math_checker=checker, check_math=True, on_invalid="drop")
+    assert sorted(seen) == ["\\frac{", "x^2"]
+    (problem,) = result.problems
+    assert problem.test_id == "m-bad" and problem.line == 2
+    assert problem.reason == "math does not render with KaTeX: ParseError: Expected '}'"
+    assert [json.loads(x)["id"] for x in (out / "tests" / "math.jsonl").read_text().splitlines()] == ["m-ok"]
+
+
+def test_separate_eval_bench(tmp_path):
+    train = make_small_bench(tmp_path / "train", pdfs=("earnings.pdf", "mattsnotes.pdf"))
+    evalb = make_small_bench(tmp_path / "eval", pdfs=("headers_footers/ff1fc6a205ad039139ce566851b6b260c929_pg1.pdf",))
+    rasterize_bench(train, tmp_path / "r1", longest_side=32, on_error="error")
+    rasterize_bench(evalb, tmp_path / "r2", longest_side=32, on_error="error")
+    manifest = tmp_path / "rasterize" / "manifest.jsonl"
+    manifest.parent.mkdir()
+    manifest.write_text((tmp_path / "r1" / "manifest.jsonl").read_text() + (tmp_path / "r2" / "manifest.jsonl").read_text())
+    result, out = _run(train, tmp_path, eval_dir=evalb)
+    assert result.problems == []
+    splits = {(p.bench_dir, p.split) for p in result.pages}
+    assert splits == {(str(train), "train"), (str(evalb), "eval")}
+    assert (out / "tests" / "eval" / "dataset.jsonl").is_file()
+
+
+def test_cli_exit_codes(bench, tmp_path, monkeypatch):
+    config = tmp_path / "config.yaml"
+    config.write_text(f"bench:\n  dir: {bench}\nvalidate:\n  check_math: false\n")
+    args = ["--config", str(config), "--manifest", str(tmp_path / "rasterize" / "manifest.jsonl"),
+            "--out", str(tmp_path / "v")]
+    assert main(args) == 0
+    write_jsonl(bench / "extra.jsonl", [{**GOOD, "id": "x", "page": 7}])
+    assert main(args) == 1
+    assert main([*args, "--on-invalid", "drop"]) == 0
+
+
+def test_check_pdf_field():
+    assert check_pdf_field("a/b.pdf") is None
+    assert "backslash" in check_pdf_field("a\\b.pdf")
+    assert "not normalized" in check_pdf_field("a//b.pdf")
+    assert "does not end in .pdf" in check_pdf_field("a.png")
+    assert "is absolute" in check_pdf_field("C:/x.pdf")
+
+
+def test_split_is_seeded_and_whole_documents():
+    pdfs = [f"doc{i}.pdf" for i in range(20)]
+    first = split_pdfs(pdfs, eval_fraction=0.3, seed=1)
+    assert first == split_pdfs(list(reversed(pdfs)), eval_fraction=0.3, seed=1)
+    assert sum(v == "eval" for v in first.values()) == 6
+    assert first != split_pdfs(pdfs, eval_fraction=0.3, seed=2)
+    grown = split_pdfs([*pdfs, "doc99.pdf"], eval_fraction=0.3, seed=1)
+    assert sum(first[p] != grown[p] for p in pdfs) <= 1  # adding a PDF moves at most one other
+    assert eval_count(1, 0.5) == 0 and eval_count(3, 1.0) == 3 and eval_count(3, 0.0) == 0
+    with pytest.raises(ValueError):
+        eval_count(3, 1.5)
+
+
+def test_blank_pdf_without_tests_fails_coverage(tmp_path):
+    root = make_small_bench(tmp_path / "bench", pdfs=("earnings.pdf",))
+    make_blank_pdf(root / "pdfs" / "blank.pdf", pages=2)
+    rasterize_bench(root, tmp_path / "rasterize", longest_side=32, on_error="error")
+    with pytest.raises(ValidationFailed) as info:
+        _run(root, tmp_path)
+    assert "blank.pdf: page 1 has no valid test" in str(info.value)
+    assert "blank.pdf: page 2 has no valid test" in str(info.value)
+
+
+@pytest.mark.browser
+def test_math_check_with_real_katex(bench, tmp_path, monkeypatch):
+    if not (shutil.which("chromium") or shutil.which("chromium-browser")):
+        pytest.skip("headless Chromium is not installed")
+    monkeypatch.setenv("OLMPIPE_CACHE_DIR", str(tmp_path / "cache"))
+    math = {"pdf": "earnings.pdf", "page": 1, "type": "math"}
+    write_jsonl(bench / "math.jsonl", [{**math, "id": "m-ok", "math": "\\frac{a}{b}"},
+                                       {**math, "id": "m-bad", "math": "\\frac{a}{"}])
+    result, _ = _run(bench, tmp_path, check_math=True, on_invalid="drop")
+    (problem,) = result.problems
+    assert problem.test_id == "m-bad" and problem.reason.startswith("math does not render with KaTeX: ")

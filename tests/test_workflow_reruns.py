@@ -1,0 +1,132 @@
+"""Snakemake's rerun behaviour, run for real on a small config (3 PDFs at 48 px, no math rendering).
+
+Each test builds a fresh working directory with its own bench and config, runs the workflow up to
+``validate``, changes one thing and checks which jobs Snakemake runs next.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from benchdata import REPO, SAMPLE, make_corrupt_pdf, make_small_bench, sample_records, write_jsonl
+
+pytestmark = pytest.mark.slow
+
+CONFIG = """\
+bench:
+  dir: bench
+rasterize:
+  longest_side: {longest_side}
+  on_error: {on_error}
+validate:
+  check_math: false
+"""
+
+
+def snakemake(workdir: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    """Run the repository's Snakefile in ``workdir`` (the same Python as the tests)."""
+    cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "-d", str(workdir),
+           "--cores", "1", "--nolock", *args]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"snakemake failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+def job_counts(proc: subprocess.CompletedProcess) -> dict[str, int]:
+    """The "Job stats" table Snakemake prints before running: rule -> number of jobs."""
+    text = proc.stdout + proc.stderr
+    if "Nothing to be done" in text:
+        return {}
+    table = text.split("Job stats:", 1)[1]
+    counts = {}
+    for line in table.splitlines()[3:]:
+        match = re.match(r"^(\S+)\s+(\d+)$", line.strip())
+        if not match:
+            break
+        counts[match[1]] = int(match[2])
+    counts.pop("total", None)
+    return counts
+
+
+def write_config(workdir: Path, longest_side: int = 48, on_error: str = "error") -> None:
+    (workdir / "config").mkdir(exist_ok=True)
+    (workdir / "config" / "config.yaml").write_text(CONFIG.format(longest_side=longest_side, on_error=on_error))
+
+
+@pytest.fixture
+def workdir(tmp_path):
+    """A working directory whose workflow has run once up to validate."""
+    make_small_bench(tmp_path / "bench")
+    write_config(tmp_path)
+    first = snakemake(tmp_path, "validate")
+    assert job_counts(first) == {"rasterize_pdf": 3, "rasterize": 1, "validate": 1}
+    return tmp_path
+
+
+def test_nothing_changed_nothing_to_do(workdir):
+    proc = snakemake(workdir, "validate")
+    assert "Nothing to be done" in proc.stdout + proc.stderr
+
+
+def test_rasterize_setting_reruns_everything_from_rasterize(workdir):
+    write_config(workdir, longest_side=40)
+    assert job_counts(snakemake(workdir, "validate")) == {"rasterize_pdf": 3, "rasterize": 1, "validate": 1}
+    assert '"width": 40' in (workdir / "results/rasterize/manifest.jsonl").read_text()
+
+
+def test_edited_jsonl_reruns_validate_only(workdir):
+    image = workdir / "results/rasterize/pages/mattsnotes/pg1.png"
+    before = image.stat().st_mtime_ns
+    records = sample_records()
+    write_jsonl(workdir / "bench" / "dataset.jsonl", [*records, {**records[0], "id": "one-more"}])
+    assert job_counts(snakemake(workdir, "validate")) == {"validate": 1}
+    assert image.stat().st_mtime_ns == before
+    assert "one-more" in (workdir / "results/validate/pages.jsonl").read_text()
+
+
+def test_added_pdf_rasterizes_only_that_pdf(workdir):
+    shutil.copy2(SAMPLE / "pdfs" / "lincoln_letter.pdf", workdir / "bench" / "pdfs" / "lincoln_letter.pdf")
+    records = sample_records((*{r["pdf"] for r in sample_records()}, "lincoln_letter.pdf"))
+    write_jsonl(workdir / "bench" / "dataset.jsonl", records)
+    dry = snakemake(workdir, "validate", "--dry-run")
+    assert "results/rasterize/pages/lincoln_letter" in dry.stdout
+    assert job_counts(snakemake(workdir, "validate")) == {"rasterize_pdf": 1, "rasterize": 1, "validate": 1}
+
+
+def test_corrupt_pdf_fails_naming_the_file_or_is_skipped(tmp_path):
+    make_small_bench(tmp_path / "bench", pdfs=("earnings.pdf",))
+    make_corrupt_pdf(tmp_path / "bench" / "pdfs" / "sub" / "broken.pdf")
+    write_config(tmp_path)
+    proc = snakemake(tmp_path, "validate", check=False)
+    assert proc.returncode != 0
+    assert "bench/pdfs/sub/broken.pdf: corrupt or unreadable PDF" in proc.stdout + proc.stderr
+    write_config(tmp_path, on_error="skip")
+    snakemake(tmp_path, "validate")
+    manifest = (tmp_path / "results/rasterize/manifest.jsonl").read_text()
+    assert '"status": "skipped"' in manifest and '"pdf": "sub/broken.pdf"' in manifest
+
+
+def test_lint_is_clean():
+    proc = subprocess.run([sys.executable, "-m", "snakemake", "--lint", "-s", str(REPO / "Snakefile"),
+                           "-d", str(REPO)], capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "Congratulations" in proc.stdout + proc.stderr
+
+
+def test_separate_eval_bench_gets_its_own_pages(tmp_path):
+    make_small_bench(tmp_path / "bench", pdfs=("lincoln_letter.pdf",))
+    make_small_bench(tmp_path / "evalbench", pdfs=("earnings.pdf", "mattsnotes.pdf"))
+    write_config(tmp_path)
+    text = (tmp_path / "config" / "config.yaml").read_text().replace("  dir: bench\n", "  dir: bench\n  eval_dir: evalbench\n")
+    (tmp_path / "config" / "config.yaml").write_text(text)
+    assert job_counts(snakemake(tmp_path, "validate")) == {"rasterize_pdf": 3, "rasterize": 1, "validate": 1}
+    assert (tmp_path / "results/rasterize/eval-pages/mattsnotes/pg3.png").is_file()
+    pages = (tmp_path / "results/validate/pages.jsonl").read_text().splitlines()
+    assert sum('"split": "eval"' in line for line in pages) == 4
+    assert sum('"split": "train"' in line for line in pages) == 1

@@ -1,0 +1,54 @@
+"""Small training fixtures for the train/soup tests: a page index over the bundled sample's tests.
+
+The page index follows the contract of the validate stage (docs/architecture.md) but uses plain
+generated images, so the train tests do not depend on rasterizing or validating anything.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections import defaultdict
+from pathlib import Path
+
+from PIL import Image
+
+REPO = Path(__file__).resolve().parents[1]
+SAMPLE = REPO / "data" / "bench" / "olmocr-sample"
+
+
+def make_page_index(root: Path, *, n_train: int = 4, n_eval: int = 1, extra_empty: bool = True) -> tuple[Path, Path]:
+    """Write ``root/pages.jsonl`` and ``root/tests/dataset.jsonl``; returns (pages, tests_dir).
+
+    Pages come from the sample's dataset.jsonl (one per PDF page, sorted); the first ``n_train`` are
+    the train split, the next ``n_eval`` the eval split; with ``extra_empty`` one more train page
+    has no tests (it must be skipped and counted).
+    """
+    tests_dir = root / "tests"
+    tests_dir.mkdir(parents=True, exist_ok=True)
+    shutil.copy(SAMPLE / "dataset.jsonl", tests_dir / "dataset.jsonl")
+    by_page: dict[tuple[str, int], list[dict]] = defaultdict(list)
+    for line in (SAMPLE / "dataset.jsonl").read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            record = json.loads(line)
+            by_page[(record["pdf"], record["page"])].append(record)
+    keys = sorted(by_page)[: n_train + n_eval]
+    lines = []
+    for i, key in enumerate(keys):
+        image = root / "pages" / f"p{i}.png"
+        image.parent.mkdir(parents=True, exist_ok=True)
+        Image.new("RGB", (220, 300), (255, 255 - 30 * i, 250)).save(image)
+        tests = by_page[key]
+        lines.append({
+            "pdf": key[0], "page": key[1], "image": str(image), "split": "train" if i < n_train else "eval",
+            "bench_dir": str(SAMPLE), "test_ids": [t["id"] for t in tests],
+            "jsonl_files": {t["id"]: "dataset.jsonl" for t in tests}, "types": {t["id"]: t["type"] for t in tests},
+        })
+    if extra_empty:
+        image = root / "pages" / "empty.png"
+        Image.new("RGB", (220, 300), "white").save(image)
+        lines.append({"pdf": "empty.pdf", "page": 1, "image": str(image), "split": "train",
+                      "bench_dir": str(SAMPLE), "test_ids": [], "jsonl_files": {}, "types": {}})
+    pages = root / "pages.jsonl"
+    pages.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
+    return pages, tests_dir

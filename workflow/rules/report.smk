@@ -1,0 +1,82 @@
+# The report of a training run: plots (PNG) and one self-contained HTML page
+# (results/report/index.html). The plots, the comparison table and the page are also tagged for
+# `snakemake --report`. See olmpipe/plots.py and olmpipe/report.py.
+from olmpipe.report import REPORT_CODE
+
+# The final model of every seed (train_seed's output); the metrics.jsonl beside each, in
+# results/train/seed{seed}/, feeds the reward plot.
+TRAIN_SEED_MODELS = expand("results/train/seed{seed}/model", seed=config["train"]["seeds"])
+
+
+rule report_plots:
+    input:
+        comparison=rules.evaluate_compare.output.json,
+        seed_models=TRAIN_SEED_MODELS,
+    output:
+        rewards=report(
+            "results/report/plots/rewards.png",
+            caption="../report/rewards.rst",
+            category="Training",
+            labels={"figure": "reward per step"},
+        ),
+        type_rates=report(
+            "results/report/plots/type_rates.png",
+            caption="../report/type_rates.rst",
+            category="Comparison",
+            labels={"figure": "pass rate per type"},
+        ),
+        page_change=report(
+            "results/report/plots/page_change.png",
+            caption="../report/page_change.rst",
+            category="Comparison",
+            labels={"figure": "per-page change"},
+        ),
+    log:
+        "logs/report_plots/report_plots.log",
+    conda:
+        "../envs/olmpipe.yaml"
+    threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=30,
+    params:
+        code=code_version(*REPORT_CODE),
+    script:
+        "../scripts/report_plots.py"
+
+
+rule report_html:
+    input:
+        comparison=rules.evaluate_compare.output.json,
+        plots=rules.report_plots.output,
+        pages=rules.validate.output.pages,
+        tests=rules.validate.output.tests,
+        baseline_generations=rules.baseline_generate.output.generations,
+        trained_generations=rules.evaluate_generate.output.generations,
+    output:
+        html=report(
+            "results/report/index.html",
+            caption="../report/index.rst",
+            category="Report",
+            labels={"page": "olmpipe report"},
+        ),
+    log:
+        "logs/report_html/report_html.log",
+    conda:
+        "../envs/olmpipe.yaml"
+    threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=30,
+    params:
+        report=config["report"],
+        # The whole run configuration is printed in the report.
+        config=config,
+        code=code_version(*REPORT_CODE),
+    script:
+        "../scripts/report_html.py"
+
+
+rule report:
+    input:
+        rules.report_html.output,

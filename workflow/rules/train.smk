@@ -1,0 +1,81 @@
+# Stage 4: GRPO training, one job per seed (wildcard `seed`), then the soup of the seeds' final
+# weights. See olmpipe/train/ and olmpipe/soup.py; targets: `train_seeds`, `soup`, `train` (Snakefile).
+#
+# Only the final model folder is a Snakemake output: checkpoints, metrics.jsonl/csv, completions/
+# and wandb/ live beside it in results/train/seed{seed}/ and survive a failed or preempted job
+# (Snakemake deletes the outputs of failed jobs), so running the job again resumes (`train.resume:
+# auto`). A job stopped by SIGTERM checkpoints and exits with code 75.
+import os
+
+from olmpipe.launch import launch_prefix
+from olmpipe.train.workflow import TRAIN_CODE, seed_config_json
+
+# The base model is an input when it is a file path (built or local); a hub id is no file.
+TRAIN_MODEL_INPUT = (
+    [MODEL_DIR] if config["model"]["path"] == "embedded" or os.path.exists(MODEL_DIR) else []
+)
+
+
+wildcard_constraints:
+    seed=r"\d+",
+
+
+rule train_seed:
+    input:
+        model=TRAIN_MODEL_INPUT,
+        pages=rules.validate.output.pages,
+        tests=rules.validate.output.tests,
+    output:
+        model=directory("results/train/seed{seed}/model"),
+    params:
+        base_model=MODEL_DIR,
+        run_dir=lambda wildcards: f"results/train/seed{wildcards.seed}",
+        # The sections training reads, reduced to this seed: adding a seed reruns no other seed.
+        config=lambda wildcards: seed_config_json(config, int(wildcards.seed)),
+        # `python -m olmpipe.train`, or accelerate/torchrun with one process per training GPU.
+        launch=lambda wildcards, resources: launch_prefix(
+            resources.gpu,
+            config["resources"]["train"]["launcher"],
+            config["resources"]["train"]["vllm_server_gpus"],
+        ),
+        # Editing the trainer, rewards, bench engine or prompt code retrains every seed.
+        code=code_version(*TRAIN_CODE),
+    log:
+        "logs/train_seed/seed{seed}.log",
+    threads: config["resources"]["train"]["cpus_per_task"]
+    resources:
+        gpu=config["resources"]["train"]["gpu"],
+        mem_mb=config["resources"]["train"]["mem_mb"],
+        runtime=config["resources"]["train"]["runtime"],
+    conda:
+        "../envs/olmpipe.yaml"
+    shell:
+        "exec {params.launch} --seed {wildcards.seed} --model {params.base_model:q}"
+        " --pages {input.pages:q} --tests-dir {input.tests:q} --run-dir {params.run_dir:q}"
+        " --final-dir {output.model:q} --threads {threads} --config-json {params.config:q}"
+        " > {log:q} 2>&1"
+
+
+rule train_seeds:
+    input:
+        expand(rules.train_seed.output.model, seed=config["train"]["seeds"]),
+
+
+rule soup:
+    input:
+        models=expand(rules.train_seed.output.model, seed=config["train"]["seeds"]),
+    output:
+        model=directory("results/train/soup/model"),
+    params:
+        soup=config["soup"],
+        code=code_version("olmpipe.soup"),
+    log:
+        "logs/soup/soup.log",
+    threads: 1
+    resources:
+        mem_mb=16000,
+        runtime=60,
+    conda:
+        "../envs/olmpipe.yaml"
+    script:
+        "../scripts/soup.py"

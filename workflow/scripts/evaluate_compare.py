@@ -1,0 +1,21 @@
+"""Snakemake script of rule evaluate_compare: baseline vs trained -> comparison.json / .csv."""
+
+import logging
+from pathlib import Path
+
+logging.basicConfig(filename=snakemake.log[0], level=logging.INFO, force=True)  # noqa: F821
+
+from olmpipe.compare import ComparisonError, format_table  # noqa: E402
+from olmpipe.evaluate import compare_folders  # noqa: E402
+
+try:
+    comparison = compare_folders(
+        {"model": snakemake.params.model, "evaluate": snakemake.params.evaluate},  # noqa: F821
+        baseline_dir=Path(snakemake.input.baseline_verdicts).parent,  # noqa: F821
+        trained_dir=Path(snakemake.input.trained_verdicts).parent,  # noqa: F821
+        json_path=snakemake.output.json,  # noqa: F821
+        csv_path=snakemake.output.csv,  # noqa: F821
+    )
+except ComparisonError as exc:
+    raise SystemExit(f"evaluate: {exc}") from None
+logging.getLogger("evaluate").info("\n%s", format_table(comparison.to_json()))

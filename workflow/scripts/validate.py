@@ -1,0 +1,18 @@
+"""Snakemake script of rule validate: check the bench tests, write tests/, report.json, pages.jsonl."""
+
+import logging
+
+logging.basicConfig(filename=snakemake.log[0], level=logging.INFO, force=True)  # noqa: F821
+
+from olmpipe.validate import ValidationFailed, run_validate
+
+try:
+    run_validate(
+        {"bench": snakemake.params.bench, "validate": snakemake.params.validate},  # noqa: F821
+        manifest_path=snakemake.input.manifest,  # noqa: F821
+        tests_dir=snakemake.output.tests,  # noqa: F821
+        report_path=snakemake.output.report,  # noqa: F821
+        pages_path=snakemake.output.pages,  # noqa: F821
+    )
+except ValidationFailed as exc:
+    raise SystemExit(f"validate: {exc}\nfull report in {snakemake.log[0]}") from None  # noqa: F821
