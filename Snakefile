@@ -45,3 +45,15 @@ rule train:
         rules.soup.output,
         rules.evaluate_compare.output,
         rules.report_html.output,
+
+
+# The trained model's evaluation against the baseline (results/evaluate/comparison.json|csv).
+rule evaluate:
+    input:
+        rules.evaluate_compare.output,
+
+
+# The HTML report (results/report/index.html) with its plots; needs a trained model.
+rule report:
+    input:
+        rules.report_html.output,

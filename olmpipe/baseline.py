@@ -92,6 +92,7 @@ class RunSummary:
 
 # ---------------------------------------------------------------- inputs
 
+
 def load_page_index(path: str | Path, split: str = "eval") -> list[dict[str, Any]]:
     """The page index entries of ``split`` (each with ``pdf``, ``page``, ``image``), sorted by pdf and page.
 
@@ -101,7 +102,9 @@ def load_page_index(path: str | Path, split: str = "eval") -> list[dict[str, Any
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
     except OSError as exc:
-        raise BaselineError(f"{path}: cannot read the page index ({exc.strerror or exc}); run the validate stage") from None
+        raise BaselineError(
+            f"{path}: cannot read the page index ({exc.strerror or exc}); run the validate stage"
+        ) from None
     pages: dict[tuple[str, int], dict[str, Any]] = {}
     for lineno, line in enumerate(lines, start=1):
         if not line.strip():
@@ -145,7 +148,9 @@ def load_eval_tests(tests_dir: str | Path, pages: Sequence[Mapping[str, Any]]) -
         raise BaselineError(f"{tests_dir}: no *.jsonl test files; run the validate stage")
     missing = [str(f) for f in files if not f.is_file()]
     if missing:
-        raise BaselineError(f"{tests_dir}: test file(s) named by the page index do not exist: {', '.join(missing)}")
+        raise BaselineError(
+            f"{tests_dir}: test file(s) named by the page index do not exist: {', '.join(missing)}"
+        )
     wanted = {(str(p["pdf"]), int(p["page"])): p for p in pages}
     tests = []
     for file in files:
@@ -165,6 +170,7 @@ def load_eval_tests(tests_dir: str | Path, pages: Sequence[Mapping[str, Any]]) -
 
 
 # ---------------------------------------------------------------- journal
+
 
 def run_fingerprint(generation: Mapping[str, Any], model_path: str | Path) -> str:
     """The fingerprint a finished generation must carry to be reused by a resumed run."""
@@ -216,19 +222,28 @@ def reusable_records(
         except (ValueError, TypeError) as exc:
             logger.warning("%s: ignoring a malformed generation record (%s)", journal, exc)
             continue
-        if (record.key in keys and record.settings == fingerprint
-                and record.image_sha256 == image_hashes.get(record.image) and record.failure != FAILURE_ERROR):
+        if (
+            record.key in keys
+            and record.settings == fingerprint
+            and record.image_sha256 == image_hashes.get(record.image)
+            and record.failure != FAILURE_ERROR
+        ):
             kept[record.key] = record
         else:
             kept.pop(record.key, None)
     if rows and len(kept) != len(rows):
-        logger.info("%s: keeping %d of %d earlier generations (others: other settings, images or failures)",
-                    journal, len(kept), len(rows))
+        logger.info(
+            "%s: keeping %d of %d earlier generations (others: other settings, images or failures)",
+            journal,
+            len(kept),
+            len(rows),
+        )
         _write_jsonl(journal, (r.to_json() for r in kept.values()))
     return kept
 
 
 # ---------------------------------------------------------------- outputs
+
 
 def candidate_name(pdf: str, page: int, repeat: int) -> str:
     """olmOCR-Bench's candidate file name: ``<pdf path without .pdf>_pg<page>_repeat<k>.md``."""
@@ -271,22 +286,42 @@ def write_scores_csv(path: Path, score: Any) -> None:
 
     total = sum(n for _, n in score.jsonl_counts.values())
     rows = [["overall", "overall", score.overall, total, score.ci95[0], score.ci95[1]]]
-    rows += [["type", name, value, score.type_counts.get(name, ""), "", ""] for name, value in score.by_type.items()]
-    rows += [["jsonl", name, value, score.jsonl_counts.get(name, (0, ""))[1], "", ""]
-             for name, value in score.by_jsonl.items()]
+    rows += [
+        ["type", name, value, score.type_counts.get(name, ""), "", ""]
+        for name, value in score.by_type.items()
+    ]
+    rows += [
+        ["jsonl", name, value, score.jsonl_counts.get(name, (0, ""))[1], "", ""]
+        for name, value in score.by_jsonl.items()
+    ]
     with open(path, "w", newline="", encoding="utf-8") as fh:
         writer = csv.writer(fh)
         writer.writerow(["scope", "name", "score", "tests", "ci95_low", "ci95_high"])
         writer.writerows(rows)
 
 
-def summarize(records: Sequence[GenerationRecord], *, model: str, backend: str, pages: int, repeats: int,
-              reused: int, seconds: float, model_seconds: float, overall: float | None) -> RunSummary:
+def summarize(
+    records: Sequence[GenerationRecord],
+    *,
+    model: str,
+    backend: str,
+    pages: int,
+    repeats: int,
+    reused: int,
+    seconds: float,
+    model_seconds: float,
+    overall: float | None,
+) -> RunSummary:
     """Run statistics over all records (reused ones included); throughput over the generated ones."""
     n = len(records)
     generated = n - reused
     return RunSummary(
-        model=model, backend=backend, pages=pages, repeats=repeats, generations=n, reused=reused,
+        model=model,
+        backend=backend,
+        pages=pages,
+        repeats=repeats,
+        generations=n,
+        reused=reused,
         generated=generated,
         failed_no_eos=sum(r.failed and r.failure != FAILURE_ERROR for r in records),
         failed_error=sum(r.failure == FAILURE_ERROR for r in records),
@@ -302,11 +337,19 @@ def summarize(records: Sequence[GenerationRecord], *, model: str, backend: str, 
 
 # ---------------------------------------------------------------- the run
 
+
 def _progress(total: int, enabled: bool):
     from tqdm import tqdm
 
-    return tqdm(total=total, unit="page", desc="generating", disable=not enabled or total == 0,
-                dynamic_ncols=True, mininterval=1.0, file=sys.stderr)
+    return tqdm(
+        total=total,
+        unit="page",
+        desc="generating",
+        disable=not enabled or total == 0,
+        dynamic_ncols=True,
+        mininterval=1.0,
+        file=sys.stderr,
+    )
 
 
 def _generate_missing(
@@ -326,8 +369,9 @@ def _generate_missing(
     model_before = backend.model_seconds
     failed = 0
     with _progress(len(todo), progress) as bar, open(journal, "a", encoding="utf-8") as fh:
-        for batch in iter_generate(backend, todo, settings, image_hashes=image_hashes, model=model,
-                                   fingerprint=fingerprint):
+        for batch in iter_generate(
+            backend, todo, settings, image_hashes=image_hashes, model=model, fingerprint=fingerprint
+        ):
             for record in batch:
                 fh.write(json.dumps(record.to_json(), ensure_ascii=False) + "\n")
                 done[record.key] = record
@@ -352,7 +396,8 @@ def run_generation_and_scoring(
     """Generate the eval pages of ``pages_index`` with ``model_path`` and score them into ``out_dir``.
 
     The single code path of the baseline and evaluate stages: ``cfg`` is a validated config (its
-    ``generation`` and ``baseline`` sections are used), ``threads`` the torch CPU threads.
+    ``generation`` and ``baseline`` sections are used), ``threads`` the job's CPU cores (torch gets
+    all of them but one, which the transformers backend's page encoder uses).
     ``backend`` replaces the one the config names (tests, benchmarks, reusing a loaded model); it
     is built only when there is something left to generate, and closed afterwards only if built
     here. Raises :class:`BaselineError` for bad inputs or when more than
@@ -373,8 +418,10 @@ def run_generation_and_scoring(
     tests = load_eval_tests(tests_dir, pages)
     for page in pages:
         if not Path(page["image"]).is_file():
-            raise BaselineError(f"{pages_index}: page image {page['image']} ({page['pdf']} page {page['page']}) "
-                                "does not exist; rerun the rasterize stage")
+            raise BaselineError(
+                f"{pages_index}: page image {page['image']} ({page['pdf']} page {page['page']}) "
+                "does not exist; rerun the rasterize stage"
+            )
     image_hashes = {str(p["image"]): file_sha256(str(p["image"])) for p in pages}
     requests = make_requests(pages, settings.repeats)
     keys = {r.key for r in requests}
@@ -385,8 +432,16 @@ def run_generation_and_scoring(
         journal.unlink()
     done = reusable_records(journal, fingerprint, image_hashes, keys)
     todo = [r for r in requests if r.key not in done]
-    logger.info("%s: %d pages x %d repeats = %d generations; %d reused, %d to generate with %s",
-                name, len(pages), settings.repeats, len(requests), len(done), len(todo), generation["backend"])
+    logger.info(
+        "%s: %d pages x %d repeats = %d generations; %d reused, %d to generate with %s",
+        name,
+        len(pages),
+        settings.repeats,
+        len(requests),
+        len(done),
+        len(todo),
+        generation["backend"],
+    )
 
     seconds = model_seconds = 0.0
     if todo:
@@ -394,12 +449,23 @@ def run_generation_and_scoring(
         if owned:
             import torch
 
-            torch.set_num_threads(max(1, int(threads)))
+            # One of the job's cores goes to the transformers backend's page encoder, which
+            # prepares the next batch while the current one generates.
+            encoder = 1 if generation["backend"] == "transformers" and threads > 1 else 0
+            torch.set_num_threads(max(1, int(threads) - encoder))
             backend = make_backend(generation, model_path)
         try:
             seconds, model_seconds = _generate_missing(
-                backend, todo, settings, journal, done, image_hashes=image_hashes, model=name,
-                fingerprint=fingerprint, progress=stage["progress"])
+                backend,
+                todo,
+                settings,
+                journal,
+                done,
+                image_hashes=image_hashes,
+                model=name,
+                fingerprint=fingerprint,
+                progress=stage["progress"],
+            )
         finally:
             if owned:
                 backend.close()
@@ -417,13 +483,28 @@ def run_generation_and_scoring(
     _write_jsonl(out / "generations.jsonl", (r.to_json() for r in records))  # this run's records, in order
     write_candidate(out / "candidate", records)
     score = _score_and_write(tests, records, out)
-    summary = summarize(records, model=name, backend=generation["backend"], pages=len(pages),
-                        repeats=settings.repeats, reused=len(requests) - len(todo), seconds=seconds,
-                        model_seconds=model_seconds, overall=getattr(score, "overall", None))
+    summary = summarize(
+        records,
+        model=name,
+        backend=generation["backend"],
+        pages=len(pages),
+        repeats=settings.repeats,
+        reused=len(requests) - len(todo),
+        seconds=seconds,
+        model_seconds=model_seconds,
+        overall=getattr(score, "overall", None),
+    )
     (out / "summary.json").write_text(json.dumps(asdict(summary), indent=2) + "\n", encoding="utf-8")
-    logger.info("%s: %d generations (%d new, %.3f pages/s), %d without EOS, %d backend errors; overall %.4f",
-                name, summary.generations, summary.generated, summary.pages_per_s, summary.failed_no_eos,
-                summary.failed_error, summary.overall or 0.0)
+    logger.info(
+        "%s: %d generations (%d new, %.3f pages/s), %d without EOS, %d backend errors; overall %.4f",
+        name,
+        summary.generations,
+        summary.generated,
+        summary.pages_per_s,
+        summary.failed_no_eos,
+        summary.failed_error,
+        summary.overall or 0.0,
+    )
     return summary
 
 
@@ -434,12 +515,20 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(prog="olmpipe baseline", description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", help="config YAML (default config/config.yaml)")
-    parser.add_argument("--model", help="model folder (default: the config's model, results/model/tiny when embedded)")
-    parser.add_argument("--pages", default="results/validate/pages.jsonl", help="page index (default: %(default)s)")
-    parser.add_argument("--tests", default="results/validate/tests", help="validated tests (default: %(default)s)")
+    parser.add_argument(
+        "--model", help="model folder (default: the config's model, results/model/tiny when embedded)"
+    )
+    parser.add_argument(
+        "--pages", default="results/validate/pages.jsonl", help="page index (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--tests", default="results/validate/tests", help="validated tests (default: %(default)s)"
+    )
     parser.add_argument("--out", help="output folder (default: results/baseline/<model.name>)")
-    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default: %(default)s)")
-    parser.add_argument("--backend", choices=["transformers", "vllm", "openai"], help="overrides generation.backend")
+    parser.add_argument("--threads", type=int, default=1, help="CPU cores of the job (default: %(default)s)")
+    parser.add_argument(
+        "--backend", choices=["transformers", "vllm", "openai"], help="overrides generation.backend"
+    )
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -455,7 +544,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     out = args.out or f"results/baseline/{cfg['model']['name']}"
     try:
-        run_generation_and_scoring(cfg, args.model or model_dir(cfg), args.pages, args.tests, out, args.threads)
+        run_generation_and_scoring(
+            cfg, args.model or model_dir(cfg), args.pages, args.tests, out, args.threads
+        )
     except (BaselineError, GenerationError) as exc:
         logger.error("%s", exc)
         return 1

@@ -331,15 +331,24 @@ def compare_runs(base: RunData, trained: RunData, settings: CompareSettings) -> 
     by_jsonl, by_type = groups("jsonl"), groups("type")
     rows = [_row("overall", "overall", b, t, list(by_jsonl.values()), settings)]
     for name, idx in by_type.items():
-        rows.append(_row("type", name, b_rate[idx], t_rate[idx], [np.arange(len(idx))], settings, (b[idx], t[idx])))
+        rows.append(
+            _row("type", name, b_rate[idx], t_rate[idx], [np.arange(len(idx))], settings, (b[idx], t[idx]))
+        )
     for name, idx in by_jsonl.items():
         rows.append(_row("jsonl", name, b[idx], t[idx], [np.arange(len(idx))], settings))
 
     tests = [
         {
-            "test_id": o.test_id, "type": o.type, "jsonl": o.jsonl, "pdf": o.pdf, "page": o.page,
-            "baseline_passes": o.passes, "baseline_repeats": o.repeats, "baseline_rate": o.rate,
-            "baseline_passed": o.passed, "baseline_reason": o.reason,
+            "test_id": o.test_id,
+            "type": o.type,
+            "jsonl": o.jsonl,
+            "pdf": o.pdf,
+            "page": o.page,
+            "baseline_passes": o.passes,
+            "baseline_repeats": o.repeats,
+            "baseline_rate": o.rate,
+            "baseline_passed": o.passed,
+            "baseline_reason": o.reason,
             "trained_passes": trained.tests[o.test_id].passes,
             "trained_repeats": trained.tests[o.test_id].repeats,
             "trained_rate": trained.tests[o.test_id].rate,
@@ -359,9 +368,12 @@ def compare_runs(base: RunData, trained: RunData, settings: CompareSettings) -> 
         baseline={"name": base.name, "dir": base.folder},
         trained={"name": trained.name, "dir": trained.folder},
         settings={
-            "bootstrap_samples": settings.bootstrap_samples, "ci_level": settings.ci_level,
-            "permutations": settings.permutations, "exact_max": settings.exact_max,
-            "seed": settings.seed, "guards": asdict(settings.guards),
+            "bootstrap_samples": settings.bootstrap_samples,
+            "ci_level": settings.ci_level,
+            "permutations": settings.permutations,
+            "exact_max": settings.exact_max,
+            "seed": settings.seed,
+            "guards": asdict(settings.guards),
         },
         rows=rows,
         tests=tests,
@@ -403,9 +415,11 @@ def format_table(comparison: Mapping[str, Any]) -> str:
     Takes the JSON form (``Comparison.to_json()`` or :func:`read_comparison`).
     """
     level = round(100 * comparison["settings"]["ci_level"])
-    head = f"{'score':<16} {'baseline':>8} -> {'trained':<8} {'diff':>7}  {f'{level}% CI of diff':<17} {'p':>6}  tests"
+    ci_head = f"{level}% CI of diff"
+    head = f"{'score':<16} {'baseline':>8} -> {'trained':<8} {'diff':>7}  {ci_head:<17} {'p':>6}  tests"
+    names = comparison["baseline"]["name"], comparison["trained"]["name"]
     lines = [
-        f"olmOCR-Bench: {comparison['baseline']['name']} (baseline) vs {comparison['trained']['name']} (trained)",
+        f"olmOCR-Bench: {names[0]} (baseline) vs {names[1]} (trained)",
         head,
         "-" * len(head),
     ]
@@ -416,8 +430,8 @@ def format_table(comparison: Mapping[str, Any]) -> str:
         lo, hi = r["difference_ci"]
         base, trained = f"{100 * r['baseline']:.1f}%", f"{100 * r['trained']:.1f}%"
         lines.append(
-            f"{label:<16} {base:>8} -> {trained:<8} "
-            f"{100 * r['difference']:>+6.1f}  [{100 * lo:+6.1f}, {100 * hi:+6.1f}]  {r['p_value']:>6.3f}  {r['tests']}"
+            f"{label:<16} {base:>8} -> {trained:<8} {100 * r['difference']:>+6.1f}  "
+            f"[{100 * lo:+6.1f}, {100 * hi:+6.1f}]  {r['p_value']:>6.3f}  {r['tests']}"
         )
     for warning in comparison["guards"]["warnings"]:
         lines.append(f"WARNING: {warning}")

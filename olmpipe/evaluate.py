@@ -96,14 +96,20 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="olmpipe evaluate", description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", help="config YAML (default config/config.yaml)")
     parser.add_argument("--model", default=SOUP_MODEL, help="trained model folder (default: %(default)s)")
-    parser.add_argument("--pages", default="results/validate/pages.jsonl", help="page index (default: %(default)s)")
-    parser.add_argument("--tests", default="results/validate/tests", help="validated tests (default: %(default)s)")
+    parser.add_argument(
+        "--pages", default="results/validate/pages.jsonl", help="page index (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--tests", default="results/validate/tests", help="validated tests (default: %(default)s)"
+    )
     parser.add_argument("--baseline", help="baseline run folder (default: results/baseline/<model.name>)")
     parser.add_argument("--out", help="trained run folder (default: results/evaluate/<model.name>)")
     parser.add_argument("--json", default=COMPARISON_JSON, help="comparison JSON (default: %(default)s)")
     parser.add_argument("--csv", default=COMPARISON_CSV, help="comparison CSV (default: %(default)s)")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default: %(default)s)")
-    parser.add_argument("--compare-only", action="store_true", help="skip generation; compare existing folders")
+    parser.add_argument(
+        "--compare-only", action="store_true", help="skip generation; compare existing folders"
+    )
     parser.add_argument("--table", metavar="JSON", help="only print the console table of a comparison.json")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")

@@ -57,7 +57,9 @@ def _index(gens: Iterable[Generation], which: str) -> dict[tuple[str, int, int],
     for g in gens:
         key = (g.pdf, g.page, g.repeat)
         if key in out:
-            raise ValueError(f"{which} generations: duplicate line for {g.pdf} page {g.page} repeat {g.repeat}")
+            raise ValueError(
+                f"{which} generations: duplicate line for {g.pdf} page {g.page} repeat {g.repeat}"
+            )
         out[key] = g
     return out
 
@@ -151,7 +153,9 @@ def check_guards(
             "baseline_mean_chars": statistics.fmean(len(g.text) for g in baseline) if baseline else 0.0,
             "trained_mean_chars": statistics.fmean(len(g.text) for g in trained) if trained else 0.0,
             "median_page_ratio": statistics.median(ratios) if ratios else None,
-            "pages_outside_limit": [{"pdf": p["pdf"], "page": p["page"], "ratio": p["length_ratio"]} for p in outside],
+            "pages_outside_limit": [
+                {"pdf": p["pdf"], "page": p["page"], "ratio": p["length_ratio"]} for p in outside
+            ],
         },
         "gains": {
             "gained": n_gained,

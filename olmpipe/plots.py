@@ -144,7 +144,7 @@ def plot_type_rates(comparison: Mapping[str, Any], out: str | Path) -> Path:
 def _short(pdf: str, width: int = 22) -> str:
     """A PDF id short enough for an axis label: file name without ``.pdf``, middle elided."""
     name = pdf.rsplit("/", 1)[-1].removesuffix(".pdf")
-    return name if len(name) <= width else f"{name[: width // 2 - 1]}...{name[-(width // 2 - 2):]}"
+    return name if len(name) <= width else f"{name[: width // 2 - 1]}...{name[-(width // 2 - 2) :]}"
 
 
 def plot_page_change(comparison: Mapping[str, Any], out: str | Path) -> Path:
@@ -157,7 +157,10 @@ def plot_page_change(comparison: Mapping[str, Any], out: str | Path) -> Path:
     colors = [GAIN_COLOR if p["change"] > 0 else LOSS_COLOR if p["change"] < 0 else BASE_COLOR for p in pages]
     top.bar(xs, [100 * p["change"] for p in pages], color=colors)
     top.axhline(0, color="black", linewidth=0.8)
-    top.set_ylim(min(-10.0, *(100 * p["change"] - 5 for p in pages)), max(10.0, *(100 * p["change"] + 5 for p in pages)))
+    top.set_ylim(
+        min(-10.0, *(100 * p["change"] - 5 for p in pages)),
+        max(10.0, *(100 * p["change"] + 5 for p in pages)),
+    )
     top.set_ylabel("change in tests passed\n(percentage points)")
     gained = sum(p["change"] > 0 for p in pages)
     lost = sum(p["change"] < 0 for p in pages)
@@ -199,7 +202,9 @@ def write_plots(
             log.warning("no training metrics at %s; the reward plot leaves %s out", path, label)
     overall = next(r for r in comparison["rows"] if r["scope"] == "overall")
     return {
-        "rewards": plot_rewards(curves, out_dir / "rewards.png", overall["trained"], overall["baseline"], bench),
+        "rewards": plot_rewards(
+            curves, out_dir / "rewards.png", overall["trained"], overall["baseline"], bench
+        ),
         "type_rates": plot_type_rates(comparison, out_dir / "type_rates.png"),
         "page_change": plot_page_change(comparison, out_dir / "page_change.png"),
     }

@@ -43,7 +43,13 @@ PROMPT_V4_YAML = (
 )
 
 #: The front matter keys, in the order olmOCR writes them.
-FRONT_MATTER_FIELDS = ("primary_language", "is_rotation_valid", "rotation_correction", "is_table", "is_diagram")
+FRONT_MATTER_FIELDS = (
+    "primary_language",
+    "is_rotation_valid",
+    "rotation_correction",
+    "is_table",
+    "is_diagram",
+)
 VALID_ROTATIONS = (0, 90, 180, 270)
 
 _NULL_WORDS = {"", "null", "none", "~"}

@@ -43,8 +43,10 @@ SOFTWARE = ("olmpipe", "torch", "transformers", "trl", "accelerate", "snakemake"
 PLOT_CAPTIONS = {
     "rewards": "Mean GRPO reward per training step for each seed (solid: total of all reward functions; "
     "dashed: the unit-test reward alone, the share of tests passed); circles mark the last step of each "
-    "seed (the weights averaged into the soup); dash-dot: the soup's overall eval score, dotted: the baseline's.",
-    "type_rates": "Share of tests passed per test type and overall, baseline vs trained, with bootstrap intervals.",
+    "seed (the weights averaged into the soup); dash-dot: the soup's overall eval score, dotted: the "
+    "baseline's.",
+    "type_rates": "Share of tests passed per test type and overall, baseline vs trained, with bootstrap "
+    "intervals.",
     "page_change": "Per eval page: change in the share of its tests passed (top) and change in output "
     "length (bottom; red marks pages flagged by a guard).",
 }
@@ -77,6 +79,7 @@ def software_versions() -> dict[str, str]:
 
 def select_pages(pages: Sequence[Mapping[str, Any]], n: int) -> list[Mapping[str, Any]]:
     """Up to ``n`` pages: half the largest gains, half the largest losses, then the rest by |change|."""
+
     def name(p: Mapping[str, Any]) -> tuple[str, int]:
         return (p["pdf"], p["page"])
 
@@ -118,8 +121,8 @@ def describe_tests(tests_dir: str | Path | None) -> dict[str, str]:
             if rec.get("type") == "order":
                 text = f"{rec.get('before')!r} before {rec.get('after')!r}"
             elif rec.get("type") == "table":
-                extra = [f"{k}={rec[k]!r}" for k in ("up", "down", "left", "right", "top_heading", "left_heading")
-                         if rec.get(k)]  # fmt: skip
+                keys = ("up", "down", "left", "right", "top_heading", "left_heading")
+                extra = [f"{k}={rec[k]!r}" for k in keys if rec.get(k)]
                 text = " ".join([f"cell {rec.get('cell')!r}", *extra])
             elif rec.get("type") == "baseline":
                 text = f"plain text, max_length={rec.get('max_length')}"
@@ -145,15 +148,19 @@ def headline(comparison: Mapping[str, Any]) -> str:
     level = round(100 * comparison["settings"]["ci_level"])
     alpha = 1 - comparison["settings"]["ci_level"]
     real = r["p_value"] < alpha and not (r["difference_ci"][0] <= 0 <= r["difference_ci"][1])
-    verdict = (
-        f"The difference is unlikely to be chance (p &lt; {alpha:.2g} and the interval excludes 0)."
-        if real else
-        "The difference could be chance at this sample size (the interval includes 0 or p is large)."
-    )  # fmt: skip
+    if r["changed"] == 0:
+        verdict = "No test changed its verdict: both models pass exactly the same tests."
+    elif real:
+        verdict = f"The difference is unlikely to be chance (p &lt; {alpha:.2g} and the interval excludes 0)."
+    else:
+        verdict = (
+            "The difference could be chance at this sample size (the interval includes 0 or p is large)."
+        )
+    method = f", {r['test_method']}" if r["test_method"] != "none" else ""
     return (
         f"Overall olmOCR-Bench score {_pct(r['baseline'])} &rarr; <b>{_pct(r['trained'])}</b> "
         f"({_pct(r['difference'], True)} points, {level}% CI {_ci(r['difference_ci'], True)}, "
-        f"paired sign-flip p = {r['p_value']:.3g}, {r['test_method']}; {r['tests']} tests). {verdict}"
+        f"paired sign-flip p = {r['p_value']:.3g}{method}; {r['tests']} tests). {verdict}"
     )
 
 
@@ -187,21 +194,23 @@ def _guards_section(guards: Mapping[str, Any]) -> str:
         return ", ".join(f"{escape(i['pdf'])} p{i['page']} (repeats {i['repeats']})" for i in items)
 
     ratio = length["median_page_ratio"]
+    outside = [f"{escape(p['pdf'])} p{p['page']} ({p['ratio']:.2f}x)" for p in length["pages_outside_limit"]]
     rows = [
         ("mean output length (characters)",
          f"{length['baseline_mean_chars']:.0f} &rarr; {length['trained_mean_chars']:.0f}"
          + (f"; median page ratio {ratio:.2f}" if ratio is not None else "")),
         ("pages with length change beyond the limit",
-         ", ".join(f"{escape(p['pdf'])} p{p['page']} ({p['ratio']:.2f}x)" for p in length["pages_outside_limit"])
-         or "none"),
+         ", ".join(outside) or "none"),
         ("tests gained / lost", f"{g['gained']} / {g['lost']}"),
         ("gained by type", escape(json.dumps(g["gained_by_type"])) or "-"),
         ("lost by type", escape(json.dumps(g["lost_by_type"])) or "-"),
         ("share of gains from <code>absent</code> tests", _pct(share)),
         ("pages whose output became empty", pages(guards["became_empty"])),
         ("pages that lost their front matter", pages(guards["lost_front_matter"])),
-        ("EOS rate (ended on EOS, not the length limit)", f"{_pct(eos['baseline_rate'])} &rarr; {_pct(eos['trained_rate'])}"),
-        ("failed generations", f"{eos['baseline_failed']} &rarr; {eos['trained_failed']} of {eos['generations']}"),
+        ("EOS rate (ended on EOS, not the length limit)",
+         f"{_pct(eos['baseline_rate'])} &rarr; {_pct(eos['trained_rate'])}"),
+        ("failed generations",
+         f"{eos['baseline_failed']} &rarr; {eos['trained_failed']} of {eos['generations']}"),
     ]  # fmt: skip
     return "<table class='kv'>" + "".join(f"<tr><th>{k}</th><td>{v}</td></tr>" for k, v in rows) + "</table>"
 
@@ -239,7 +248,9 @@ def _text_block(text: str | None, repeats: int, max_chars: int) -> str:
 
 
 def _verdict(passes: int, repeats: int, passed: bool) -> str:
-    return f"<span class='{'ok' if passed else 'bad'}'>{'pass' if passed else 'fail'} {passes}/{repeats}</span>"
+    return (
+        f"<span class='{'ok' if passed else 'bad'}'>{'pass' if passed else 'fail'} {passes}/{repeats}</span>"
+    )
 
 
 def _page_samples(comparison, settings, pages_index, baseline_dir, trained_dir, descriptions) -> str:
@@ -284,10 +295,13 @@ def _page_samples(comparison, settings, pages_index, baseline_dir, trained_dir, 
             + (f"<p class='warn'>{escape('; '.join(flags))}</p>" if flags else "")
             + "<div class='cols'>"
             f"<div><h4>page</h4>{img_html}</div>"
-            f"<div><h4>baseline: {escape(comparison['baseline']['name'])}</h4>{_text_block(b_text, b_n, settings.max_chars)}</div>"
-            f"<div><h4>trained: {escape(comparison['trained']['name'])}</h4>{_text_block(t_text, t_n, settings.max_chars)}</div>"
+            f"<div><h4>baseline: {escape(comparison['baseline']['name'])}</h4>"
+            f"{_text_block(b_text, b_n, settings.max_chars)}</div>"
+            f"<div><h4>trained: {escape(comparison['trained']['name'])}</h4>"
+            f"{_text_block(t_text, t_n, settings.max_chars)}</div>"
             "</div><table class='tests'><tr><th>test</th><th>type</th><th>checks</th><th>baseline</th>"
-            f"<th>trained</th><th>reason (first failing repeat of the run named)</th></tr>{''.join(rows)}</table></section>"
+            "<th>trained</th><th>reason (first failing repeat of the run named)</th></tr>"
+            f"{''.join(rows)}</table></section>"
         )
     return "".join(blocks)
 
@@ -330,7 +344,9 @@ def build_report(
         scores=_scores_table(comparison),
         figures=figures or "<p class='muted'>no plots</p>",
         guards=_guards_section(comparison["guards"]),
-        samples=_page_samples(comparison, settings, pages_index, baseline_dir, trained_dir, describe_tests(tests_dir)),
+        samples=_page_samples(
+            comparison, settings, pages_index, baseline_dir, trained_dir, describe_tests(tests_dir)
+        ),
         runs=escape(f"baseline: {baseline_dir}\ntrained:  {trained_dir}"),
         stats=settings_json,
         config=escape(yaml.safe_dump(dict(config), sort_keys=False)) if config else "(not recorded)",
@@ -355,8 +371,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="olmpipe report", description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", default=None, help="config YAML (default config/config.yaml)")
     parser.add_argument("--comparison", default="results/evaluate/comparison.json")
-    parser.add_argument("--metrics", nargs="*", default=None,
-                        help="training metrics.jsonl files (default results/train/seed*/metrics.jsonl)")
+    parser.add_argument(
+        "--metrics",
+        nargs="*",
+        default=None,
+        help="training metrics.jsonl files (default results/train/seed*/metrics.jsonl)",
+    )
     parser.add_argument("--plots", default="results/report/plots", help="folder the PNGs are written to")
     parser.add_argument("--pages", default="results/validate/pages.jsonl", help="page index (page images)")
     parser.add_argument("--tests", default="results/validate/tests", help="validated test files")

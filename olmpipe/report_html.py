@@ -48,13 +48,14 @@ PAGE_TEMPLATE = """<!DOCTYPE html>
 </head>
 <body>
 <h1>olmpipe report: {title}</h1>
-<p class="muted">generated {generated} by olmpipe; everything on this page is embedded (no external files).</p>
+<p class="muted">generated {generated} by olmpipe; everything on this page is embedded
+(no external files).</p>
 <p class="headline">{headline}</p>
 {warnings}
 <h2>Scores</h2>
-<p class="muted">olmOCR-Bench aggregation: a test passes when most of its repeats pass; a category (JSONL file)
-scores the share of its tests passed; overall is the mean over categories; a test type scores the mean of its
-tests' pass rates over repeats. Intervals: paired bootstrap (within categories for overall). p: paired
+<p class="muted">olmOCR-Bench aggregation: a test passes when most of its repeats pass; a category
+(JSONL file) scores the share of its tests passed; overall is the mean over categories; a test type
+scores the mean of its tests' pass rates over repeats. Intervals: paired bootstrap (within categories for overall). p: paired
 sign-flip test on per-test outcomes (exact when few tests changed). Gained / lost: tests whose majority
 verdict went fail &rarr; pass / pass &rarr; fail.</p>
 {scores}

@@ -42,7 +42,7 @@ def weight_map(model_dir: Path) -> dict[str, str]:
         from safetensors import safe_open
 
         with safe_open(str(model_dir / SINGLE), framework="pt") as fh:
-            return {name: SINGLE for name in fh.keys()}
+            return {name: SINGLE for name in fh.keys()}  # noqa: SIM118 - safe_open is not a dict
     raise SoupError(f"{model_dir}: no {SINGLE} or {INDEX} (not a safetensors model folder)")
 
 
@@ -75,7 +75,7 @@ def _check_same_tensors(dirs: Sequence[Path], maps: Sequence[dict[str, str]]) ->
     for model_dir, wmap in zip(dirs, maps, strict=True):
         for file in sorted(set(wmap.values())):
             with safe_open(str(model_dir / file), framework="pt") as fh:
-                for name in fh.keys():
+                for name in fh.keys():  # noqa: SIM118 - safe_open is not a dict
                     shape = tuple(fh.get_slice(name).get_shape())
                     if shapes.setdefault(name, shape) != shape:
                         raise SoupError(f"{model_dir}: tensor {name} has shape {shape}, {dirs[0]} has {shapes[name]}")

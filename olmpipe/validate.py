@@ -34,7 +34,7 @@ from typing import Any, Literal
 
 from olmpipe.rasterize import PdfManifest, read_merged_manifest
 from olmpipe.split import split_pdfs
-from olmpipe.workflow import Bench, benches, bench_test_files
+from olmpipe.workflow import Bench, bench_test_files, benches, clean_dir
 
 logger = logging.getLogger(__name__)
 
@@ -127,6 +127,17 @@ def default_math_checker(equations: Sequence[str]) -> dict[str, str | None]:
     return dict(render_problems(list(equations)))
 
 
+@dataclass(frozen=True)
+class _Good:
+    """A test that passed every check so far, with where it came from and its original line."""
+
+    bench: Bench
+    out_name: str  # output file under tests/: "dataset.jsonl" or "eval/dataset.jsonl"
+    file_path: str
+    test: Any
+    raw: str
+
+
 @dataclass
 class _Seen:
     """First occurrence of a test id across all files: (file, line)."""
@@ -187,10 +198,10 @@ def validate_benches(
 
     by_bench: dict[str, dict[str, PdfManifest]] = {b.dir: {} for b in bench_list}
     for m in manifests:
-        by_bench.setdefault(str(m.bench_dir).rstrip("/"), {})[m.pdf] = m
+        by_bench.setdefault(clean_dir(m.bench_dir or "."), {})[m.pdf] = m
     problems: list[Problem] = []
     seen = _Seen()
-    good: list[tuple[Bench, str, Any, str]] = []  # (bench, output name, test, raw line)
+    good: list[_Good] = []
     read = 0
     for bench in bench_list:
         files = bench_test_files(bench.dir)
@@ -208,7 +219,7 @@ def validate_benches(
                 if found:
                     problems += found
                 else:
-                    good.append((bench, out_name, test, raw_lines[test.line - 1].strip()))
+                    good.append(_Good(bench, out_name, file_path, test, raw_lines[test.line - 1].strip()))
     if check_math:
         good = _check_math(good, problems, math_checker or default_math_checker)
     pages = _page_index(bench_list, by_bench, good, problems, require_page_coverage=require_page_coverage,
@@ -217,8 +228,8 @@ def validate_benches(
     for bench in bench_list:  # every source file gets an output file, even if all its tests were dropped
         for file_path in bench_test_files(bench.dir):
             kept[Path(file_path).name if bench.role == "main" else f"eval/{Path(file_path).name}"] = []
-    for _, out_name, _, raw in good:
-        kept[out_name].append(raw)
+    for item in good:
+        kept[item.out_name].append(item.raw)
     counts = {
         "tests_read": read,
         "tests_valid": len(good),
@@ -231,19 +242,18 @@ def validate_benches(
     return ValidationResult(problems=sorted(problems, key=_problem_key), kept=kept, pages=pages, counts=counts)
 
 
-def _check_math(good, problems: list[Problem], checker: MathChecker):
-    equations = sorted({t.math for _, _, t, _ in good if t.type == "math"})
+def _check_math(good: list[_Good], problems: list[Problem], checker: MathChecker) -> list[_Good]:
+    equations = sorted({g.test.math for g in good if g.test.type == "math"})
     if not equations:
         return good
     logger.info("rendering %d math equation(s) with KaTeX", len(equations))
     verdicts = checker(equations)
     kept = []
     for item in good:
-        test = item[2]
+        test = item.test
         reason = verdicts.get(test.math) if test.type == "math" else None
         if reason:
-            problems.append(Problem(f"{item[0].dir}/{test.source}", test.line, test.id,
-                                    f"math does not render with KaTeX: {reason}"))
+            problems.append(Problem(item.file_path, test.line, test.id, f"math does not render with KaTeX: {reason}"))
         else:
             kept.append(item)
     return kept
@@ -251,8 +261,8 @@ def _check_math(good, problems: list[Problem], checker: MathChecker):
 
 def _page_index(bench_list, by_bench, good, problems, *, require_page_coverage, eval_fraction, seed):
     tests_on: dict[tuple[str, str, int], list] = {}
-    for bench, out_name, test, _ in good:
-        tests_on.setdefault((bench.dir, test.pdf, test.page), []).append((out_name, test))
+    for item in good:
+        tests_on.setdefault((item.bench.dir, item.test.pdf, item.test.page), []).append((item.out_name, item.test))
     split_of: dict[tuple[str, str], str] = {}
     for bench in bench_list:
         ok_pdfs = [pdf for pdf, m in by_bench.get(bench.dir, {}).items() if m.status == "ok"]

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -56,14 +57,15 @@ class Bench:
 
 def benches(cfg: Mapping[str, Any]) -> list[Bench]:
     """The bench folders named by the config: ``bench.dir`` and, when set, ``bench.eval_dir``."""
-    out = [Bench(role="main", dir=_clean_dir(cfg["bench"]["dir"]), pages="pages")]
+    out = [Bench(role="main", dir=clean_dir(cfg["bench"]["dir"]), pages="pages")]
     if cfg["bench"]["eval_dir"]:
-        out.append(Bench(role="eval", dir=_clean_dir(cfg["bench"]["eval_dir"]), pages="eval-pages"))
+        out.append(Bench(role="eval", dir=clean_dir(cfg["bench"]["eval_dir"]), pages="eval-pages"))
     return out
 
 
-def _clean_dir(path: str) -> str:
-    return str(path).rstrip("/") or "/"
+def clean_dir(path: str | Path) -> str:
+    """A bench folder as the workflow names it everywhere: normalized, no trailing slash."""
+    return os.path.normpath(str(path))
 
 
 def discover_pdfs(bench_dir: str | Path) -> list[str]:

@@ -19,10 +19,15 @@ from olmpipe.baseline import (
 from olmpipe.config import load_config
 from olmpipe.generate.base import Completion, GenerationBackend
 
-ANSWER = ("---\nprimary_language: en\nis_rotation_valid: True\nrotation_correction: 0\nis_table: False\n"
-          "is_diagram: False\n---\n{text}")
-PAGE_TEXT = {("doc.pdf", 1): "Alpha beta gamma.", ("doc.pdf", 2): "Delta epsilon.",
-             ("sub/other.pdf", 1): "Zeta eta theta."}
+ANSWER = (
+    "---\nprimary_language: en\nis_rotation_valid: True\nrotation_correction: 0\nis_table: False\n"
+    "is_diagram: False\n---\n{text}"
+)
+PAGE_TEXT = {
+    ("doc.pdf", 1): "Alpha beta gamma.",
+    ("doc.pdf", 2): "Delta epsilon.",
+    ("sub/other.pdf", 1): "Zeta eta theta.",
+}
 
 
 class Interrupted(Exception):
@@ -67,8 +72,12 @@ def stage(tmp_path, monkeypatch):
 
     monkeypatch.chdir(tmp_path)
     entries = []
-    for (pdf, page), split in [(("doc.pdf", 1), "eval"), (("doc.pdf", 2), "eval"), (("sub/other.pdf", 1), "eval"),
-                               (("train.pdf", 1), "train")]:
+    for (pdf, page), split in [
+        (("doc.pdf", 1), "eval"),
+        (("doc.pdf", 2), "eval"),
+        (("sub/other.pdf", 1), "eval"),
+        (("train.pdf", 1), "train"),
+    ]:
         image = Path("results/rasterize/pages") / pdf[:-4] / f"pg{page}.png"
         image.parent.mkdir(parents=True, exist_ok=True)
         Image.new("RGB", (30 + page, 40), "white").save(image)
@@ -86,9 +95,22 @@ def stage(tmp_path, monkeypatch):
         {"pdf": "train.pdf", "page": 1, "id": "t5", "type": "present", "text": "never scored"},
     ]
     (tests / "dataset.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    (tests / "other.jsonl").write_text(json.dumps(
-        {"pdf": "sub/other.pdf", "page": 1, "id": "o1", "type": "order", "before": "Zeta", "after": "theta"}) + "\n")
-    cfg = load_config(overrides={"generation": {"batch_size": 2, "repeats": 2}, "baseline": {"progress": False}})
+    (tests / "other.jsonl").write_text(
+        json.dumps(
+            {
+                "pdf": "sub/other.pdf",
+                "page": 1,
+                "id": "o1",
+                "type": "order",
+                "before": "Zeta",
+                "after": "theta",
+            }
+        )
+        + "\n"
+    )
+    cfg = load_config(
+        overrides={"generation": {"batch_size": 2, "repeats": 2}, "baseline": {"progress": False}}
+    )
     return cfg, index, tests, Path("results/baseline/m")
 
 
@@ -110,28 +132,53 @@ def test_writes_all_stage_files(stage):
     md = out / "candidate" / "sub" / "other_pg1_repeat2.md"
     assert md.read_text() == "Zeta eta theta."
     assert sorted(p.relative_to(out / "candidate").as_posix() for p in (out / "candidate").rglob("*.md")) == [
-        "doc_pg1_repeat1.md", "doc_pg1_repeat2.md", "doc_pg2_repeat1.md", "doc_pg2_repeat2.md",
-        "sub/other_pg1_repeat1.md", "sub/other_pg1_repeat2.md"]
+        "doc_pg1_repeat1.md",
+        "doc_pg1_repeat2.md",
+        "doc_pg2_repeat1.md",
+        "doc_pg2_repeat2.md",
+        "sub/other_pg1_repeat1.md",
+        "sub/other_pg1_repeat2.md",
+    ]
 
     gens = [json.loads(line) for line in (out / "generations.jsonl").read_text().splitlines()]
     assert [(g["pdf"], g["page"], g["repeat"]) for g in gens] == [
-        ("doc.pdf", 1, 1), ("doc.pdf", 1, 2), ("doc.pdf", 2, 1), ("doc.pdf", 2, 2), ("sub/other.pdf", 1, 1),
-        ("sub/other.pdf", 1, 2)]
+        ("doc.pdf", 1, 1),
+        ("doc.pdf", 1, 2),
+        ("doc.pdf", 2, 1),
+        ("doc.pdf", 2, 2),
+        ("sub/other.pdf", 1, 1),
+        ("sub/other.pdf", 1, 2),
+    ]
     g = gens[0]
-    assert g["text"] == "Alpha beta gamma." and g["raw"].startswith("---\n") and g["front_matter"]["is_table"] is False
+    assert (
+        g["text"] == "Alpha beta gamma."
+        and g["raw"].startswith("---\n")
+        and g["front_matter"]["is_table"] is False
+    )
     assert g["finish_reason"] == "stop" and g["completion_tokens"] == 7 and g["prompt_tokens"] == 5
     assert g["attempts"][0]["temperature"] == 0.1 and g["failed"] is False and len(g["image_sha256"]) == 16
 
     scores = json.loads((out / "scores.json").read_text())
-    assert scores["overall"] == 1.0 and set(scores["by_jsonl"]) == {"baseline", "dataset.jsonl", "other.jsonl"}
+    assert scores["overall"] == 1.0 and set(scores["by_jsonl"]) == {
+        "baseline",
+        "dataset.jsonl",
+        "other.jsonl",
+    }
     assert set(scores["by_type"]) == {"present", "absent", "order", "baseline"}
     rows = list(csv.DictReader((out / "scores.csv").open()))
     assert rows[0]["scope"] == "overall" and float(rows[0]["score"]) == 1.0
     assert {(r["scope"], r["name"]) for r in rows} >= {("type", "present"), ("jsonl", "other.jsonl")}
 
     verdicts = [json.loads(line) for line in (out / "verdicts.jsonl").read_text().splitlines()]
-    assert {v["test_id"] for v in verdicts} == {"t1", "t2", "t3", "t4", "o1", "doc.pdf_baseline",
-                                               "sub/other.pdf_baseline"}
+    assert {v["test_id"] for v in verdicts} == {
+        "t1",
+        "t2",
+        "t3",
+        "t4",
+        "o1",
+        "doc.pdf_baseline",
+        "sub/other.pdf_baseline",
+    }
     assert len(verdicts) == 7 * 2 and all(v["passed"] for v in verdicts)
     assert set(verdicts[0]) >= {"test_id", "type", "jsonl", "pdf", "page", "repeat", "passed", "reason"}
     summary_json = json.loads((out / "summary.json").read_text())
@@ -157,7 +204,12 @@ def test_restarted_run_skips_finished_pages(stage):
 
     resumed = EchoBackend()
     summary = run(stage, resumed)
-    assert resumed.seen == [("doc.pdf", 2, 1), ("doc.pdf", 2, 2), ("sub/other.pdf", 1, 1), ("sub/other.pdf", 1, 2)]
+    assert resumed.seen == [
+        ("doc.pdf", 2, 1),
+        ("doc.pdf", 2, 2),
+        ("sub/other.pdf", 1, 1),
+        ("sub/other.pdf", 1, 2),
+    ]
     assert summary.reused == 2 and summary.generated == 4 and summary.overall == 1.0
 
     again = EchoBackend()
@@ -246,7 +298,9 @@ def test_pages_without_eos_are_failed_not_dropped(stage):
 
 def test_backend_errors_fail_the_stage_and_are_retried_next_time(stage):
     bad = {("sub/other.pdf", 1, 1)}
-    with pytest.raises(BaselineError, match="1 of 6 generations failed in the echo|1 of 6 generations failed"):
+    with pytest.raises(
+        BaselineError, match="1 of 6 generations failed in the echo|1 of 6 generations failed"
+    ):
         run(stage, EchoBackend(fail_keys=bad))
     retry = EchoBackend()
     summary = run(stage, retry)
@@ -297,15 +351,19 @@ def test_tests_follow_the_page_index_file_map(stage):
     """Entries with test_ids/jsonl_files (the validate contract) select files and ids, eval/ included."""
     _, index, tests, _ = stage
     (tests / "eval").mkdir()
-    (tests / "eval" / "dataset.jsonl").write_text(json.dumps(
-        {"pdf": "doc.pdf", "page": 1, "id": "e1", "type": "present", "text": "Alpha"}) + "\n")
+    (tests / "eval" / "dataset.jsonl").write_text(
+        json.dumps({"pdf": "doc.pdf", "page": 1, "id": "e1", "type": "present", "text": "Alpha"}) + "\n"
+    )
     pages = load_page_index(index)
     pages[0] = {**pages[0], "test_ids": ["e1"], "jsonl_files": {"e1": "eval/dataset.jsonl"}}
     pages[1] = {**pages[1], "test_ids": ["t2"], "jsonl_files": {"t2": "dataset.jsonl"}}
     pages = pages[:2]
     selected = load_eval_tests(tests, pages)
-    assert [(t.id, t.source) for t in selected] == [("t2", "dataset.jsonl"), ("e1", "dataset.jsonl"),
-                                                     ("doc.pdf_baseline", "baseline")]
+    assert [(t.id, t.source) for t in selected] == [
+        ("t2", "dataset.jsonl"),
+        ("e1", "dataset.jsonl"),
+        ("doc.pdf_baseline", "baseline"),
+    ]
     pages[0] = {**pages[0], "jsonl_files": {"e1": "eval/missing.jsonl"}}
     with pytest.raises(BaselineError, match="eval/missing.jsonl"):
         load_eval_tests(tests, pages)
@@ -319,8 +377,19 @@ def test_tiny_model_end_to_end_through_main(stage, tiny_model_dir, tmp_path):
     """The real transformers backend on the tiny random model: garbage text, well-formed files."""
     config = tmp_path / "config.yaml"
     config.write_text("generation:\n  max_new_tokens: 8\n  repeats: 1\n")
-    code = main(["--config", str(config), "--model", str(tiny_model_dir), "--out", "results/baseline/tiny",
-                 "--no-progress", "--threads", "1"])
+    code = main(
+        [
+            "--config",
+            str(config),
+            "--model",
+            str(tiny_model_dir),
+            "--out",
+            "results/baseline/tiny",
+            "--no-progress",
+            "--threads",
+            "1",
+        ]
+    )
     assert code == 0
     out = Path("results/baseline/tiny")
     gens = [json.loads(line) for line in (out / "generations.jsonl").read_text().splitlines()]
@@ -335,4 +404,6 @@ def test_tiny_model_end_to_end_through_main(stage, tiny_model_dir, tmp_path):
 
 
 def test_main_reports_bad_inputs_with_exit_code(stage, tmp_path):
-    assert main(["--pages", str(tmp_path / "missing.jsonl"), "--out", str(tmp_path / "o"), "--no-progress"]) == 1
+    assert (
+        main(["--pages", str(tmp_path / "missing.jsonl"), "--out", str(tmp_path / "o"), "--no-progress"]) == 1
+    )

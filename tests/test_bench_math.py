@@ -167,6 +167,26 @@ def test_mathml_inner_drops_annotation_and_whitespace():
     assert mathcompare.mathml_inner("KaTeX parse error: x") == '<?xmlversion="1.0"encoding="utf-8"?>'
 
 
+_PLAIN_CASES = [
+    ('<math xmlns="http://www.w3.org/1998/Math/MathML" display="block"><semantics><mrow><mspace width="1em">'
+     '</mspace><mtext> </mtext><mo mathvariant="normal" lspace="0em" rspace="0em">x</mo></mrow>tail'
+     '<annotation encoding="application/x-tex">x &amp; &lt;</annotation>after</semantics></math>'),
+    ('<math xmlns="http://www.w3.org/1998/Math/MathML"><semantics><mrow><mo>&gt;</mo><mtext>a&nbsp;b</mtext>'
+     '<mi>&amp;</mi></mrow></semantics></math>'),
+    '<math xmlns="http://www.w3.org/1998/Math/MathML"><semantics><mi z="1" a="2">></mi></semantics></math>',
+    '<math xmlns="http://www.w3.org/1998/Math/MathML"><mrow><mi>x</mi></mrow></math>',
+    '<math xmlns="http://www.w3.org/1998/Math/MathML"><semantics><m:mi xmlns:m="urn:x">x</m:mi></semantics></math>',
+    '<math xmlns="http://www.w3.org/1998/Math/MathML"><semantics><!-- c --><mi>x</mi></semantics></math>',
+    "KaTeX parse error: Expected '}', got 'EOF' at end of input: \\frac{", "err \x00 \x01", "err \ud800",
+    "a < b", "", "<mi>unclosed",
+]
+
+
+@pytest.mark.parametrize("mathml", _PLAIN_CASES)
+def test_fast_mathml_inner_equals_beautifulsoup(mathml):
+    assert mathcompare.mathml_inner(mathml) == mathcompare._soup_inner(mathml)
+
+
 def test_layout_search_respects_deadline():
     # isolated a's first, then an "ab" pair the hypothesis lacks: the search tries every
     # assignment of the isolated a's before failing (exponential), unless the deadline stops it
@@ -203,7 +223,8 @@ def test_cache_location_follows_env(tmp_path, monkeypatch):
     monkeypatch.setenv("OLMPIPE_CACHE_DIR", str(tmp_path / "c"))
     assert default_cache_dir() == tmp_path / "c"
     renderer = KatexRenderer()
-    assert renderer.cache.path == tmp_path / "c" / "math" / "katex-0.16.21.sqlite3"
+    assert renderer.cache.path.parent == tmp_path / "c" / "math"
+    assert renderer.cache.path.name.startswith("katex-0.16.21")
 
 
 def test_cache_key_accepts_lone_surrogates_and_nul():
@@ -227,6 +248,15 @@ def test_cache_is_shared_by_processes(tmp_path):
         p.join(60)
         assert p.exitcode == 0
     assert len(MathCache(path).get_verdicts([f"k{i}" for i in range(60)])) == 60
+
+
+def test_cache_keeps_newest_rows(tmp_path, monkeypatch):
+    monkeypatch.setattr("olmpipe.bench.mathcache._PRUNE_EVERY", 10)
+    cache = MathCache(tmp_path / "m.sqlite3", max_renders=5)
+    for i in range(30):
+        cache.put_renders([(f"k{i}", f'{{"n": {i}}}')])
+    kept = cache.get_renders([f"k{i}" for i in range(30)])
+    assert "k29" in kept and kept["k29"] == '{"n": 29}' and len(kept) <= 5 + 10
 
 
 def test_unusable_cache_is_skipped(tmp_path):
@@ -307,6 +337,17 @@ class TestRenderer:
             os.killpg(r._browser.pid, signal.SIGKILL)
             assert r.render("k_2").ok
             assert r.stats["browser_starts"] == 2
+
+    def test_fast_mathml_inner_on_katex_output(self, renderer):
+        """The lxml shortcut equals BeautifulSoup's serialization on real KaTeX output."""
+        equations = [r"\text{a b}", "a > b", "a < b", r"a \& b", r"\mathrm{x}\,\;\quad y", r"g'",
+                     r"\begin{pmatrix}1&2\\3&4\end{pmatrix}", r"\href{http://x}{y}", r"\operatorname{Ann}",
+                     r"\left(\frac{a}{b}\right)", r"x\mathbin{\#}y", "\\text{é}", r"\mathbb{R}^{n}",
+                     r"\overbrace{a+b}^{c}", r"\color{red}{x}", r"\phantom{x}", r"\sqrt[3]{x}", r"\not=",
+                     r"\cancel{x}", r"\'a", r"\text{<tag>}", r"\verb|&<>|", r"\mathop{x}", r"\badmacro",
+                     r"\int_{a}^{b} f(x) d x=F(b)-F(a)", r"\sum_{i=1}^{k}\left[\zeta_{n}^{\psi(g s)}\right]"]
+        for result in renderer.render_many(equations):
+            assert mathcompare.mathml_inner(result.mathml) == mathcompare._soup_inner(result.mathml), result.latex
 
     def test_result_round_trips_through_json(self, renderer):
         result = renderer.render(r"\sqrt{x}")

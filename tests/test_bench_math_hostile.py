@@ -27,7 +27,7 @@ def _chromium() -> bool:
 pytestmark = [pytest.mark.browser, pytest.mark.skipif(not _chromium(), reason="headless Chromium not installed")]
 
 MATH = r"e^{i \pi}+1=0"
-BUDGET = 8.0  # seconds per check; generous for a loaded 2-core machine
+BUDGET = 5.0  # seconds per check; generous for a loaded 2-core machine
 SLACK = 2.0  # reading back and comparing after the last render may run a little past it
 
 HOSTILE = {

@@ -68,6 +68,7 @@ def test_pool_is_reused_across_calls(scorer):
 def test_hostile_completions_never_raise(scorer):
     results = scorer.score([(text, TESTS) for text in HOSTILE])
     assert len(results) == len(HOSTILE)
+    assert not any(r.timed_out for r in results)  # each well within the 20 s bound
     for r in results:
         assert len(r.verdicts) == len(TESTS) and 0.0 <= r.micro <= 1.0
         assert all(isinstance(v.reason, str) for v in r.verdicts)
@@ -121,9 +122,11 @@ def test_math_in_workers_with_rejected_equations(tmp_path, monkeypatch):
     monkeypatch.setenv("OLMPIPE_CACHE_DIR", str(tmp_path))
     tests = load_tests([{"pdf": "a.pdf", "page": 1, "id": "m", "type": "math", "math": r"\frac{a}{b}"}])
     items = [(r"Broken: $\frac{a}{$ and $\badmacro{x}$", tests), (r"Fine: \(\frac{a}{b}\)", tests),
-             (r"Same, spaced: $$ \frac{a} {b} $$", tests), ("$" * 5000, tests)]
+             (r"Same, spaced: $$ \frac{a} {b} $$", tests), ("$" * 5000, tests),
+             ("\ud800 \x00 $x\x00$ \udfff " + "$a_{1}$ " * 20000, tests)]
     with BenchScorer(processes=1, timeout_s=60) as s:
-        broken, fine, spaced, dollars = s.score(items)
+        broken, fine, spaced, dollars, hostile = s.score(items)
+    assert not hostile.verdicts[0].passed and not hostile.timed_out
     assert not broken.verdicts[0].passed and broken.verdicts[0].reason and not broken.timed_out
     assert fine.micro == 1.0 and spaced.micro == 1.0
     assert not dollars.verdicts[0].passed

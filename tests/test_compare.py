@@ -93,7 +93,13 @@ def test_paired_sign_flip_p_values_by_hand(comparison):
 def test_bootstrap_intervals_by_hand(comparison):
     # seed 0, 5 resamples. The draws are rng.integers(0, n, size=(5, n)) per stratum in order:
     rng = np.random.default_rng(0)
-    assert rng.integers(0, 4, size=(5, 4)).tolist() == [[3, 2, 2, 1], [1, 0, 0, 0], [0, 3, 2, 3], [2, 2, 3, 2], [2, 2, 2, 3]]
+    assert rng.integers(0, 4, size=(5, 4)).tolist() == [
+        [3, 2, 2, 1],
+        [1, 0, 0, 0],
+        [0, 3, 2, 3],
+        [2, 2, 3, 2],
+        [2, 2, 2, 3],
+    ]
     assert rng.integers(0, 2, size=(5, 2)).tolist() == [[0, 1], [1, 0], [0, 1], [1, 0], [1, 1]]
     # overall, baseline a = [1,0,0,0] -> resampled means 0, 3/4, 1/4, 0, 0; b = [0,0] -> 0:
     #   replicates (a+b)/2 = 0, .375, .125, 0, 0 -> sorted 0, 0, 0, .125, .375.
@@ -108,7 +114,13 @@ def test_bootstrap_intervals_by_hand(comparison):
     assert overall.difference_ci.as_list() == pytest.approx([0.4, 0.975])
     # b.jsonl alone (a fresh rng, seed 0): draws [[1,1],[1,0],[0,0],[0,0],[0,1]] on trained [0,1]
     #   -> means 1, .5, 0, 0, .5 -> sorted 0, 0, .5, .5, 1 -> [0, .5 + .9 * .5] = [0, .95]
-    assert np.random.default_rng(0).integers(0, 2, size=(5, 2)).tolist() == [[1, 1], [1, 0], [0, 0], [0, 0], [0, 1]]
+    assert np.random.default_rng(0).integers(0, 2, size=(5, 2)).tolist() == [
+        [1, 1],
+        [1, 0],
+        [0, 0],
+        [0, 0],
+        [0, 1],
+    ]
     b = comparison.row("jsonl", "b.jsonl")
     assert b.baseline_ci.as_list() == [0.0, 0.0]
     assert b.trained_ci.as_list() == pytest.approx([0.0, 0.95])
@@ -203,7 +215,9 @@ def test_monte_carlo_when_many_tests_changed(runs):
 
 def test_different_test_sets_are_rejected(runs, tmp_path):
     base, trained = runs
-    fewer = compare.RunData("x", "x", {k: v for k, v in trained.tests.items() if k != "b2"}, trained.generations)
+    fewer = compare.RunData(
+        "x", "x", {k: v for k, v in trained.tests.items() if k != "b2"}, trained.generations
+    )
     with pytest.raises(ComparisonError, match="different tests: 1 only in"):
         compare_runs(base, fewer, SETTINGS)
     missing = compare.RunData("x", "x", trained.tests, trained.generations[:-1])

@@ -45,7 +45,9 @@ def test_main_compare_only_prints_the_table(runs, tmp_path, capsys):
 
 
 def test_main_reports_missing_inputs(tmp_path, caplog):
-    assert evaluate.main(["--compare-only", "--baseline", str(tmp_path / "nope"), "--out", str(tmp_path)]) == 1
+    assert (
+        evaluate.main(["--compare-only", "--baseline", str(tmp_path / "nope"), "--out", str(tmp_path)]) == 1
+    )
     assert "verdicts.jsonl: file not found" in caplog.text
     assert evaluate.main(["--table", str(tmp_path / "none.json")]) == 1
 
@@ -59,7 +61,7 @@ def test_generate_trained_uses_the_baseline_code_path(monkeypatch, tmp_path):
                         lambda *a, **k: calls.append((a, k)) or "summary")  # fmt: skip
     cfg = load_config()
     assert evaluate.generate_trained(cfg, "soup/model", "pages.jsonl", "tests", tmp_path, 3) == "summary"
-    (args, kwargs), = calls
+    ((args, kwargs),) = calls
     assert args == (cfg, "soup/model", "pages.jsonl", "tests", tmp_path, 3)
     assert kwargs == {"model_name": evaluate.trained_name(cfg)}
 
@@ -69,3 +71,13 @@ def test_generation_code_version_matches_the_baseline():
     from olmpipe.baseline import BASELINE_CODE
 
     assert evaluate.GENERATE_CODE == BASELINE_CODE
+
+
+def test_stage_code_lists_resolve():
+    """Every module named in the rerun code lists of the evaluate and report rules exists."""
+    from olmpipe.report import REPORT_CODE
+    from olmpipe.workflow import code_version
+
+    lists = (evaluate.COMPARE_CODE, REPORT_CODE, evaluate.GENERATE_CODE)
+    versions = {code_version(*modules) for modules in lists}
+    assert len(versions) == 3

@@ -1,4 +1,4 @@
-"""olmpipe.generate.decoding: the temperature ladder, repeats, seeds and failed pages, on a scripted backend."""
+"""olmpipe.generate.decoding: temperature ladder, repeats, seeds and failed pages, on a scripted backend."""
 
 from __future__ import annotations
 
@@ -10,7 +10,10 @@ from olmpipe.generate import DecodingSettings, GenerationRecord, decode_batch, i
 from olmpipe.generate.base import Completion, GenerationBackend, PageRequest
 from olmpipe.generate.decoding import request_seed, settings_fingerprint
 
-GOOD = "---\nprimary_language: en\nis_rotation_valid: True\nrotation_correction: 0\nis_table: False\nis_diagram: False\n---\nHello"
+GOOD = (
+    "---\nprimary_language: en\nis_rotation_valid: True\nrotation_correction: 0\nis_table: False\n"
+    "is_diagram: False\n---\nHello"
+)
 
 
 class ScriptedBackend(GenerationBackend):
@@ -24,11 +27,13 @@ class ScriptedBackend(GenerationBackend):
         self.calls = []
 
     def generate(self, requests, sampling):
-        self.calls.append([(r.key, s) for r, s in zip(requests, sampling)])
+        self.calls.append([(r.key, s) for r, s in zip(requests, sampling, strict=True)])
         out = []
         for r in requests:
             attempt = sum(r.key == k for call in self.calls for k, _ in call) - 1
-            outcome = self.script.get(r.key, ["stop"])[min(attempt, len(self.script.get(r.key, ["stop"])) - 1)]
+            outcome = self.script.get(r.key, ["stop"])[
+                min(attempt, len(self.script.get(r.key, ["stop"])) - 1)
+            ]
             if outcome == "stop":
                 out.append(Completion(GOOD, "stop", 10, 5, 0.01))
             elif outcome == "length":
@@ -39,14 +44,22 @@ class ScriptedBackend(GenerationBackend):
 
 
 def settings(**kw):
-    base = {"max_new_tokens": 64, "temperatures": (0.1, 0.5, 0.8), "top_p": 1.0, "seed": 0, "repeats": 2,
-            "batch_size": 3}
+    base = {
+        "max_new_tokens": 64,
+        "temperatures": (0.1, 0.5, 0.8),
+        "top_p": 1.0,
+        "seed": 0,
+        "repeats": 2,
+        "batch_size": 3,
+    }
     base.update(kw)
     return DecodingSettings(**base)
 
 
 def requests():
-    return make_requests([{"pdf": "a.pdf", "page": 1, "image": "a1.png"}, {"pdf": "b/c.pdf", "page": 2, "image": "c2.png"}], 2)
+    return make_requests(
+        [{"pdf": "a.pdf", "page": 1, "image": "a1.png"}, {"pdf": "b/c.pdf", "page": 2, "image": "c2.png"}], 2
+    )
 
 
 def run(backend, reqs, s):
@@ -108,8 +121,11 @@ def test_error_then_length_keeps_text_as_no_eos():
 
 def test_iter_generate_batches_and_records_roundtrip_json():
     backend = ScriptedBackend({})
-    batches = list(iter_generate(backend, requests(), settings(batch_size=3), image_hashes={}, model="m",
-                                 fingerprint="fp"))
+    batches = list(
+        iter_generate(
+            backend, requests(), settings(batch_size=3), image_hashes={}, model="m", fingerprint="fp"
+        )
+    )
     assert [len(b) for b in batches] == [3, 1]
     rec = batches[0][0]
     again = GenerationRecord.from_json(json.loads(json.dumps(rec.to_json())))
@@ -150,7 +166,9 @@ def test_completion_rejects_unknown_finish_reason():
 def test_from_config_reads_generation_section():
     from olmpipe.config import load_config
 
-    cfg = load_config(overrides={"generation": {"temperatures": [0.1, 0.1, 0.2, 0.3, 0.5, 0.8], "repeats": 3}})
+    cfg = load_config(
+        overrides={"generation": {"temperatures": [0.1, 0.1, 0.2, 0.3, 0.5, 0.8], "repeats": 3}}
+    )
     s = DecodingSettings.from_config(cfg["generation"])
     assert s.temperatures == (0.1, 0.1, 0.2, 0.3, 0.5, 0.8) and s.repeats == 3
 

@@ -20,8 +20,10 @@ from olmpipe.generate.base import PageRequest, Sampling
 from olmpipe.generate.openai_backend import OpenAIBackend
 from olmpipe.prompts import PROMPT_V4_YAML
 
-ANSWER = ("---\nprimary_language: en\nis_rotation_valid: True\nrotation_correction: 0\nis_table: False\n"
-          "is_diagram: False\n---\nHello from the server")
+ANSWER = (
+    "---\nprimary_language: en\nis_rotation_valid: True\nrotation_correction: 0\nis_table: False\n"
+    "is_diagram: False\n---\nHello from the server"
+)
 
 
 class FakeServer:
@@ -40,7 +42,9 @@ class FakeServer:
             def do_POST(self):
                 body = self.rfile.read(int(self.headers["Content-Length"]))
                 with owner.lock:
-                    owner.received.append({"path": self.path, "headers": dict(self.headers), "body": json.loads(body)})
+                    owner.received.append(
+                        {"path": self.path, "headers": dict(self.headers), "body": json.loads(body)}
+                    )
                     behaviour = owner.script.pop(0) if len(owner.script) > 1 else owner.script[0]
                 try:
                     owner.respond(self, behaviour)
@@ -49,7 +53,9 @@ class FakeServer:
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
-        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+        self.thread = threading.Thread(
+            target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
 
     @property
     def url(self) -> str:
@@ -65,12 +71,23 @@ class FakeServer:
             handler.wfile.write(payload)
 
         if behaviour in ("ok", "length"):
-            send(200, json.dumps({
-                "id": "x", "object": "chat.completion",
-                "choices": [{"index": 0, "message": {"role": "assistant", "content": ANSWER},
-                             "finish_reason": "stop" if behaviour == "ok" else "length"}],
-                "usage": {"prompt_tokens": 321, "completion_tokens": 12, "total_tokens": 333},
-            }).encode())
+            send(
+                200,
+                json.dumps(
+                    {
+                        "id": "x",
+                        "object": "chat.completion",
+                        "choices": [
+                            {
+                                "index": 0,
+                                "message": {"role": "assistant", "content": ANSWER},
+                                "finish_reason": "stop" if behaviour == "ok" else "length",
+                            }
+                        ],
+                        "usage": {"prompt_tokens": 321, "completion_tokens": 12, "total_tokens": 333},
+                    }
+                ).encode(),
+            )
         elif behaviour == "500":
             send(500, b'{"error": "internal"}')
         elif behaviour == "400":
@@ -111,8 +128,14 @@ def page(tmp_path):
 
 def backend_for(server, **kw):
     sleeps = []
-    options = {"api_key": "sk-test", "concurrency": 2, "retries": 2, "backoff_s": 0.5, "timeout_s": 5.0,
-               "sleep": sleeps.append}
+    options = {
+        "api_key": "sk-test",
+        "concurrency": 2,
+        "retries": 2,
+        "backoff_s": 0.5,
+        "timeout_s": 5.0,
+        "sleep": sleeps.append,
+    }
     options.update(kw)
     return OpenAIBackend(server.url, "olmocr-test", **options), sleeps
 
@@ -213,19 +236,37 @@ def test_concurrency_and_order(server, page):
 def test_ladder_on_length_answers_through_server(server, page):
     server.script = ["length", "ok"]
     backend, _ = backend_for(server)
-    settings = DecodingSettings(max_new_tokens=10, temperatures=(0.1, 0.8), top_p=1.0, seed=0, repeats=1, batch_size=4)
-    rec = decode_batch(backend, make_requests([{"pdf": "a.pdf", "page": 1, "image": page}], 1), settings,
-                       image_hashes={}, model="m", fingerprint="fp")[0]
+    settings = DecodingSettings(
+        max_new_tokens=10, temperatures=(0.1, 0.8), top_p=1.0, seed=0, repeats=1, batch_size=4
+    )
+    rec = decode_batch(
+        backend,
+        make_requests([{"pdf": "a.pdf", "page": 1, "image": page}], 1),
+        settings,
+        image_hashes={},
+        model="m",
+        fingerprint="fp",
+    )[0]
     assert [a["finish_reason"] for a in rec.attempts] == ["length", "stop"]
     assert [r["body"]["temperature"] for r in server.received] == [0.1, 0.8]
-    assert rec.text == "Hello from the server" and rec.front_matter["is_table"] is False and rec.backend == "openai"
+    assert (
+        rec.text == "Hello from the server"
+        and rec.front_matter["is_table"] is False
+        and rec.backend == "openai"
+    )
 
 
 def test_from_config_reads_key_from_named_env_var(monkeypatch):
     from olmpipe.config import load_config
 
-    cfg = load_config(overrides={"generation": {"backend": "openai", "openai": {"api_key_env": "OLMPIPE_TEST_KEY",
-                                                                                "base_url": "http://h:1/v1/"}}})
+    cfg = load_config(
+        overrides={
+            "generation": {
+                "backend": "openai",
+                "openai": {"api_key_env": "OLMPIPE_TEST_KEY", "base_url": "http://h:1/v1/"},
+            }
+        }
+    )
     monkeypatch.delenv("OLMPIPE_TEST_KEY", raising=False)
     with pytest.raises(GenerationError, match="OLMPIPE_TEST_KEY"):
         make_backend(cfg["generation"], "ignored")

@@ -55,8 +55,10 @@ def test_batch_with_left_padding_gives_one_completion_each(backend, page_images)
 def test_greedy_is_deterministic_and_batch_independent(backend, page_images):
     paths, _ = page_images
     one = backend.generate([PageRequest("a.pdf", 1, 1, paths[0])], [Sampling(6, 0.0, 1.0, 0)])
-    two = backend.generate([PageRequest("a.pdf", 1, 1, paths[0]), PageRequest("b.pdf", 1, 1, paths[1])],
-                           [Sampling(6, 0.0, 1.0, 0), Sampling(6, 0.0, 1.0, 0)])
+    two = backend.generate(
+        [PageRequest("a.pdf", 1, 1, paths[0]), PageRequest("b.pdf", 1, 1, paths[1])],
+        [Sampling(6, 0.0, 1.0, 0), Sampling(6, 0.0, 1.0, 0)],
+    )
     assert one[0].text == two[0].text
     assert one[0].completion_tokens == two[0].completion_tokens
 
@@ -72,8 +74,10 @@ def test_mixed_sampling_parameters_are_grouped_in_request_order(backend, page_im
 
 def test_unreadable_image_is_an_error_completion_not_a_crash(backend, page_images):
     paths, broken = page_images
-    completions = backend.generate([PageRequest("x.pdf", 1, 1, broken), PageRequest("a.pdf", 1, 1, paths[0])],
-                                   [Sampling(4, 0.1, 1.0, 0)] * 2)
+    completions = backend.generate(
+        [PageRequest("x.pdf", 1, 1, broken), PageRequest("a.pdf", 1, 1, paths[0])],
+        [Sampling(4, 0.1, 1.0, 0)] * 2,
+    )
     assert completions[0].finish_reason == "error" and broken in completions[0].error
     assert completions[1].finish_reason in {"stop", "length"}
 
@@ -81,10 +85,12 @@ def test_unreadable_image_is_an_error_completion_not_a_crash(backend, page_image
 def test_decode_batch_records_are_well_formed(backend, page_images):
     paths, _ = page_images
     pages = [{"pdf": "a.pdf", "page": 1, "image": paths[0]}, {"pdf": "b.pdf", "page": 2, "image": paths[1]}]
-    settings = DecodingSettings(max_new_tokens=8, temperatures=(0.1, 0.8), top_p=1.0, seed=0, repeats=2,
-                                batch_size=4)
-    records = decode_batch(backend, make_requests(pages, 2), settings, image_hashes={}, model="tiny",
-                           fingerprint="fp")
+    settings = DecodingSettings(
+        max_new_tokens=8, temperatures=(0.1, 0.8), top_p=1.0, seed=0, repeats=2, batch_size=4
+    )
+    records = decode_batch(
+        backend, make_requests(pages, 2), settings, image_hashes={}, model="tiny", fingerprint="fp"
+    )
     assert [r.key for r in records] == [("a.pdf", 1, 1), ("a.pdf", 1, 2), ("b.pdf", 2, 1), ("b.pdf", 2, 2)]
     for r in records:
         assert r.backend == "transformers" and r.model == "tiny"

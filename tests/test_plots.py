@@ -52,10 +52,12 @@ def test_read_reward_curve_names_bad_lines(tmp_path):
 
 
 def test_write_plots_writes_three_pngs(comparison, tmp_path):
-    m0 = _metrics(tmp_path / "m0.jsonl", [{"step": s, "reward": 0.1 * s, "rewards/bench_reward/mean": 0.05 * s}
-                                          for s in range(1, 6)])  # fmt: skip
+    rows = [{"step": s, "reward": 0.1 * s, "rewards/bench_reward/mean": 0.05 * s} for s in range(1, 6)]
+    m0 = _metrics(tmp_path / "m0.jsonl", rows)
     m1 = _metrics(tmp_path / "m1.jsonl", [{"step": s, "reward": 0.05 * s} for s in range(1, 6)])
-    out = write_plots(comparison, {"seed0": m0, "seed1": m1, "seed2": tmp_path / "missing.jsonl"}, tmp_path / "p")
+    out = write_plots(
+        comparison, {"seed0": m0, "seed1": m1, "seed2": tmp_path / "missing.jsonl"}, tmp_path / "p"
+    )
     assert sorted(out) == ["page_change", "rewards", "type_rates"]
     for path in out.values():
         with Image.open(path) as img:

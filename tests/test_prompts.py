@@ -34,12 +34,16 @@ def test_prompt_is_olmocr_v4_text():
     assert PROMPT_V4_YAML.startswith("Attached is one page of a document that you must process.")
     assert "Convert equations to LateX and tables to HTML." in PROMPT_V4_YAML
     assert "(page_startx_starty_width_height.png)" in PROMPT_V4_YAML
-    assert PROMPT_V4_YAML.endswith("is_rotation_valid, rotation_correction, is_table, and is_diagram parameters.")
+    assert PROMPT_V4_YAML.endswith(
+        "is_rotation_valid, rotation_correction, is_table, and is_diagram parameters."
+    )
 
 
 def test_messages_text_first_then_image_placeholder():
     messages = build_messages()
-    assert messages == [{"role": "user", "content": [{"type": "text", "text": PROMPT_V4_YAML}, {"type": "image"}]}]
+    assert messages == [
+        {"role": "user", "content": [{"type": "text", "text": PROMPT_V4_YAML}, {"type": "image"}]}
+    ]
     messages[0]["content"].pop()  # a fresh list each call
     assert len(build_messages()[0]["content"]) == 2
 
@@ -60,8 +64,9 @@ def test_messages_render_with_tiny_model_chat_template(tiny_model_dir):
     from olmpipe.tinymodel import load_processor
 
     processor = load_processor(tiny_model_dir)
-    text = processor.apply_chat_template(build_messages(Image.new("RGB", (28, 28))), tokenize=False,
-                                         add_generation_prompt=True)
+    text = processor.apply_chat_template(
+        build_messages(Image.new("RGB", (28, 28))), tokenize=False, add_generation_prompt=True
+    )
     assert text.index("Attached is one page") < text.index("<|vision_start|>")
     assert text.endswith("<|im_start|>assistant\n")
 
@@ -90,21 +95,44 @@ def test_parse_keeps_later_horizontal_rules_in_text():
     [
         ("Just text, no header.", "does not start with ---", "Just text, no header."),
         ("", "does not start with ---", ""),
-        ("---\nprimary_language: en\nis_rotation_valid: True\nrotation_correction: 45\nis_table: False\n"
-         "is_diagram: False\n---\nbody", "rotation_correction: 45 is not one of", "body"),
-        ("---\nprimary_language: en\nis_rotation_valid: maybe\nrotation_correction: 0\nis_table: False\n"
-         "is_diagram: False\n---\nbody", "is_rotation_valid: 'maybe' is not a boolean", "body"),
-        ("---\nprimary_language: en\nrotation_correction: 0\nis_table: False\nis_diagram: False\n---\nbody",
-         "misses is_rotation_valid", "body"),
-        ("---\nprimary_language: en\nis_rotation_valid: True\nrotation_correction: 0\nis_table: False\n"
-         "is_diagram: False\ncolor: red\n---\nbody", "unexpected key(s) color", "body"),
+        (
+            "---\nprimary_language: en\nis_rotation_valid: True\nrotation_correction: 45\nis_table: False\n"
+            "is_diagram: False\n---\nbody",
+            "rotation_correction: 45 is not one of",
+            "body",
+        ),
+        (
+            "---\nprimary_language: en\nis_rotation_valid: maybe\nrotation_correction: 0\nis_table: False\n"
+            "is_diagram: False\n---\nbody",
+            "is_rotation_valid: 'maybe' is not a boolean",
+            "body",
+        ),
+        (
+            "---\nprimary_language: en\nrotation_correction: 0\nis_table: False\n"
+            "is_diagram: False\n---\nbody",
+            "misses is_rotation_valid",
+            "body",
+        ),
+        (
+            "---\nprimary_language: en\nis_rotation_valid: True\nrotation_correction: 0\nis_table: False\n"
+            "is_diagram: False\ncolor: red\n---\nbody",
+            "unexpected key(s) color",
+            "body",
+        ),
         ("---\nprimary_language: [en\n---\nbody", "not valid YAML", "body"),
         ("---\n- a\n- b\n---\nbody", "not a mapping", "body"),
-        ("---\nprimary_language: en\nis_rotation_valid: True\nrotation_correction: zero\nis_table: False\n"
-         "is_diagram: False\n---\nbody", "rotation_correction: 'zero' is not an integer", "body"),
+        (
+            "---\nprimary_language: en\nis_rotation_valid: True\nrotation_correction: zero\nis_table: False\n"
+            "is_diagram: False\n---\nbody",
+            "rotation_correction: 'zero' is not an integer",
+            "body",
+        ),
         ("---\nprimary_language: en\nis_rotation_valid: True\nrotation_co", "not closed", ""),
-        ("---\nprimary_language: en\nis_rotation_valid: True\nHello world\nand more", "not closed",
-         "Hello world\nand more"),
+        (
+            "---\nprimary_language: en\nis_rotation_valid: True\nHello world\nand more",
+            "not closed",
+            "Hello world\nand more",
+        ),
         ("--- primary_language: en\ntext", "first line is not exactly ---", "--- primary_language: en\ntext"),
     ],
 )
@@ -141,7 +169,9 @@ def test_parse_empty_body_and_non_string():
     rotation=st.sampled_from([0, 90, 180, 270]),
     table=st.booleans(),
     diagram=st.booleans(),
-    text=st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\r\ufeff"), max_size=80),
+    text=st.text(
+        alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\r\ufeff"), max_size=80
+    ),
 )
 def test_format_parse_roundtrip(lang, valid, rotation, table, diagram, text):
     front = FrontMatter(lang, valid, rotation, table, diagram)

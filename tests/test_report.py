@@ -77,7 +77,9 @@ def test_self_contained_with_config_and_versions(html):
 
 
 def test_select_pages_takes_gains_then_losses_then_rest():
-    pages = [{"pdf": f"p{i}.pdf", "page": 1, "change": c} for i, c in enumerate([0.5, -0.2, 0, 1.0, -0.7, 0.1])]
+    pages = [
+        {"pdf": f"p{i}.pdf", "page": 1, "change": c} for i, c in enumerate([0.5, -0.2, 0, 1.0, -0.7, 0.1])
+    ]
     names = [p["pdf"] for p in report.select_pages(pages, 4)]
     assert names == ["p3.pdf", "p0.pdf", "p4.pdf", "p1.pdf"]
     assert [p["pdf"] for p in report.select_pages(pages, 1)] == ["p3.pdf"]
@@ -89,7 +91,9 @@ def test_select_pages_takes_gains_then_losses_then_rest():
 def test_missing_page_image_is_reported_not_fatal(setup, tmp_path):
     _, comparison, _, plots = setup
     index = tmp_path / "pages.jsonl"
-    index.write_text(json.dumps({"pdf": "doc2.pdf", "page": 1, "image": "nowhere.png", "split": "eval"}) + "\n")
+    index.write_text(
+        json.dumps({"pdf": "doc2.pdf", "page": 1, "image": "nowhere.png", "split": "eval"}) + "\n"
+    )
     html = report.build_report(comparison, plots, report.ReportSettings(sample_pages=1), pages_index=index)
     assert "page image not found: nowhere.png" in html
 
@@ -110,7 +114,11 @@ def test_main_writes_plots_and_report(setup, tmp_path):
                         "--plots", str(tmp_path / "plots"), "--pages", str(pages), "--tests",
                         str(root / "bench"), "--out", str(out)])  # fmt: skip
     assert code == 0 and out.is_file()
-    assert sorted(p.name for p in (tmp_path / "plots").iterdir()) == ["page_change.png", "rewards.png", "type_rates.png"]
+    assert sorted(p.name for p in (tmp_path / "plots").iterdir()) == [
+        "page_change.png",
+        "rewards.png",
+        "type_rates.png",
+    ]
     assert report.main(["--comparison", str(tmp_path / "none.json"), "--out", str(out)]) == 1
 
 
@@ -146,8 +154,9 @@ def test_workflow_rules_and_snakemake_report(tmp_path):
     base = [snakemake, "-s", str(REPO_ROOT / "Snakefile"), "-d", str(tmp_path), "--rerun-triggers", "mtime",
             "--configfile", str(tmp_path / "config.yaml"),
             "--allowed-rules", "evaluate_compare", "report_plots", "report_html", "report"]  # fmt: skip
-    run = subprocess.run([*base, "--cores", "1", "--", "report"], capture_output=True, text=True, timeout=600,
-                         check=False)
+    run = subprocess.run(
+        [*base, "--cores", "1", "--", "report"], capture_output=True, text=True, timeout=600, check=False
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     for name in ("results/evaluate/comparison.json", "results/evaluate/comparison.csv",
                  "results/report/index.html", "results/report/plots/rewards.png",
@@ -158,11 +167,30 @@ def test_workflow_rules_and_snakemake_report(tmp_path):
     assert "Overall olmOCR-Bench score 12.5% &rarr; <b>75.0%</b>" in html
 
     smk_report = tmp_path / "snakemake_report.html"
-    run = subprocess.run([*base, "--report", str(smk_report), "--", "report"], capture_output=True, text=True,
-                         timeout=600, check=False)
+    run = subprocess.run(
+        [*base, "--report", str(smk_report), "--", "report"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     log = run.stdout + run.stderr
     for name in ("comparison.csv", "rewards.png", "type_rates.png", "page_change.png", "index.html"):
         assert f"Adding {name}" in log, name
     text = smk_report.read_text()
     assert "1000 resamples" in text  # the comparison caption, rendered with the config
+
+
+def test_headline_when_nothing_changed(setup):
+    _, comparison, _, _ = setup
+    same = json.loads(json.dumps(comparison))
+    row = same["rows"][0]
+    row.update(trained=row["baseline"], difference=0.0, difference_ci=[0.0, 0.0], p_value=1.0,
+               test_method="none", changed=0, gained=0, lost=0)  # fmt: skip
+    text = report.headline(same)
+    assert "+0.0 points" in text and "p = 1;" in text and "No test changed its verdict" in text
+    row.update(
+        trained=0.9, difference=0.775, difference_ci=[0.5, 0.9], p_value=0.001, test_method="exact", changed=9
+    )
+    assert "unlikely to be chance" in report.headline(same)

@@ -47,20 +47,32 @@ def cluster(tmp_path_factory: pytest.TempPathFactory):
     c.stop()
 
 
-def run_snakemake(workdir: Path, *args: str, timeout: int = 300, check: bool = True,
-                  profiles: tuple[Path, ...] = (PROFILE, TEST_PROFILE)) -> subprocess.CompletedProcess[str]:
-    """Run Snakemake in ``workdir`` with the SLURM profiles, killed after ``timeout`` seconds."""
+def snakemake_command(*args: str, timeout: int = 300,
+                      profiles: tuple[Path, ...] = (PROFILE, TEST_PROFILE)) -> tuple[list[str], dict[str, str]]:
+    """The command line and environment of a Snakemake run killed after ``timeout`` seconds."""
     env = dict(os.environ)
     env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '')}"
     env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
     cmd = ["timeout", "-k", "20", str(timeout), sys.executable, "-m", "snakemake"]
     for profile in profiles:
         cmd += ["--profile", str(profile)]
-    proc = subprocess.run([*cmd, *args], cwd=workdir, env=env, capture_output=True, text=True)
-    if check and proc.returncode != 0:
+    return [*cmd, *args], env
+
+
+def check_run(proc: subprocess.CompletedProcess[str], workdir: Path) -> subprocess.CompletedProcess[str]:
+    """Fail with Snakemake's output and the SLURM job logs when the run failed."""
+    if proc.returncode != 0:
         raise AssertionError(f"snakemake exited {proc.returncode}:\n{proc.stdout[-4000:]}\n{proc.stderr[-8000:]}"
                              f"\n{slurm_logs(workdir)}")
     return proc
+
+
+def run_snakemake(workdir: Path, *args: str, timeout: int = 300, check: bool = True,
+                  profiles: tuple[Path, ...] = (PROFILE, TEST_PROFILE)) -> subprocess.CompletedProcess[str]:
+    """Run Snakemake in ``workdir`` with the SLURM profiles (by default), under ``timeout -k``."""
+    cmd, env = snakemake_command(*args, timeout=timeout, profiles=profiles)
+    proc = subprocess.run(cmd, cwd=workdir, env=env, capture_output=True, text=True, check=False)
+    return check_run(proc, workdir) if check else proc
 
 
 def slurm_logs(workdir: Path, limit: int = 4000) -> str:
@@ -102,18 +114,47 @@ def test_every_profile_line_says_why(path: Path) -> None:
         assert above.startswith("#") or " # " in line, f"{path.name}:{i + 1}: no comment for {line.strip()!r}"
 
 
+@pytest.fixture(scope="module")
+def workflow_rules() -> set[str]:
+    """The rule names of the repository's workflow (``snakemake --list-rules``)."""
+    out = subprocess.run([sys.executable, "-m", "snakemake", "--list-rules", "--nolock"], cwd=REPO,
+                         capture_output=True, text=True, timeout=120, check=False)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return set(out.stdout.split())
+
+
 @pytest.mark.parametrize("path", PROFILES[:2], ids=lambda p: p.parent.name)
-def test_profile_rule_names_are_workflow_rules(path: Path) -> None:
+def test_profile_rule_names_are_workflow_rules(path: Path, workflow_rules: set[str]) -> None:
     """set-resources/groups name real rules (Snakemake silently ignores unknown ones)."""
     import yaml
 
     profile = yaml.safe_load(path.read_text())
     named = set(profile.get("set-resources", {})) | set(profile.get("groups", {}))
-    out = subprocess.run([sys.executable, "-m", "snakemake", "--list-rules", "--nolock"], cwd=REPO,
-                         capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr[-3000:]
-    rules = set(out.stdout.split())
-    assert named <= rules, f"not rules of the workflow: {sorted(named - rules)}"
+    assert named <= workflow_rules, f"not rules of the workflow: {sorted(named - workflow_rules)}"
+
+
+def job_block(text: str, rule: str) -> str:
+    """The dry-run printout of the first job of ``rule`` (up to its shell command)."""
+    return text.split(f"rule {rule}:", 1)[1].split("Shell command", 1)[0]
+
+
+def test_local_profile_gives_the_gpu_rules_one_gpu(tmp_path: Path) -> None:
+    make_workdir(tmp_path)
+    proc = run_snakemake(tmp_path, "-s", str(REPO / "Snakefile"), "-n", "train_seeds", "baseline",
+                         profiles=(REPO / "workflow/profiles/local",), timeout=120)
+    for rule in ("train_seed", "baseline_generate"):
+        assert "gpu=1" in job_block(proc.stdout + proc.stderr, rule), rule
+
+
+def test_slurm_profile_dry_run_groups_rasterize_and_sends_training_to_the_gpu_partition(tmp_path: Path) -> None:
+    make_workdir(tmp_path)
+    proc = run_snakemake(tmp_path, "-s", str(REPO / "Snakefile"), "-n", "train_seeds", profiles=(PROFILE,),
+                         timeout=120)
+    text = proc.stdout + proc.stderr
+    assert "Group job rasterize_pdfs" in text
+    train = job_block(text, "train_seed")
+    assert "slurm_partition=gpu" in train and "slurm_extra=--signal=TERM@300" in train
+    assert "slurm_partition" not in job_block(text, "validate")  # CPU jobs: the cluster's default partition
 
 
 def test_gpu_rules_declare_gpu_resources_from_the_config() -> None:
@@ -333,10 +374,24 @@ def tree_digest(root: Path) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def slurm_workflow(cluster: LocalSlurmCluster, tmp_path_factory: pytest.TempPathFactory):
-    """The workflow run once under SLURM (project profile + test override); returns (workdir, proc)."""
+    """The workflow run under SLURM (project profile + test override) and, meanwhile, locally.
+
+    Returns (SLURM workdir, its Snakemake process, local workdir). The local run (no profile, one
+    core) goes on while the SLURM jobs wait in Snakemake start-up, which saves a minute.
+    """
     workdir = make_workdir(tmp_path_factory.mktemp("slurm-run"))
-    proc = run_snakemake(workdir, "-s", str(REPO / "Snakefile"), *TARGETS, timeout=480)
-    return workdir, proc
+    local = make_workdir(tmp_path_factory.mktemp("local-run"))
+    cmd, env = snakemake_command("-s", str(REPO / "Snakefile"), "--cores", "1", *TARGETS, timeout=600, profiles=())
+    local_proc = subprocess.Popen(cmd, cwd=local, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        proc = run_snakemake(workdir, "-s", str(REPO / "Snakefile"), *TARGETS, timeout=480)
+        out, err = local_proc.communicate(timeout=600)
+    finally:
+        if local_proc.poll() is None:
+            local_proc.kill()
+            local_proc.communicate()
+    check_run(subprocess.CompletedProcess(cmd, local_proc.returncode, out, err), local)
+    return workdir, proc, local
 
 
 def submitted_jobs(proc: subprocess.CompletedProcess[str]) -> dict[str, str]:
@@ -349,7 +404,7 @@ def submitted_jobs(proc: subprocess.CompletedProcess[str]) -> dict[str, str]:
 
 @slurm
 def test_embedded_workflow_runs_every_job_through_sbatch(cluster: LocalSlurmCluster, slurm_workflow) -> None:
-    workdir, proc = slurm_workflow
+    workdir, proc, _ = slurm_workflow
     submitted = submitted_jobs(proc)
     records = {r["JobId"]: r for r in records_for(cluster, workdir)}
     # every submission is a finished SLURM job, and every SLURM job of the run was a submission
@@ -369,10 +424,8 @@ def test_embedded_workflow_runs_every_job_through_sbatch(cluster: LocalSlurmClus
 
 @slurm
 @slurm
-def test_slurm_outputs_match_a_local_run(slurm_workflow, tmp_path: Path) -> None:
-    workdir, _ = slurm_workflow
-    local = make_workdir(tmp_path)
-    run_snakemake(local, "-s", str(REPO / "Snakefile"), "--cores", "1", *TARGETS, profiles=(), timeout=480)
+def test_slurm_outputs_match_a_local_run(slurm_workflow) -> None:
+    workdir, _, local = slurm_workflow
     for rel in COMPARED:
         assert (workdir / rel).read_bytes() == (local / rel).read_bytes(), rel
     for rel in COMPARED_TREES:
@@ -402,11 +455,11 @@ def wait_for(predicate, timeout: float, what: str, proc: subprocess.Popen | None
 @slurm
 def test_preempted_training_resumes_from_its_checkpoint(cluster: LocalSlurmCluster, slurm_workflow) -> None:
     """Requeue the running training job (what PreemptMode=REQUEUE does): SIGTERM, checkpoint, rerun, resume."""
-    workdir, _ = slurm_workflow  # upstream stages are done: only train_seed for seed 1 runs
+    workdir, _, _ = slurm_workflow  # upstream stages are done: only train_seed for seed 1 runs
     run_dir = workdir / "results" / "train" / "seed1"
-    env = dict(os.environ, OMP_NUM_THREADS="1", PATH=f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}")
-    cmd = ["timeout", "-k", "20", "480", sys.executable, "-m", "snakemake", "--profile", str(PROFILE),
-           "--profile", str(TEST_PROFILE), "-s", str(REPO / "Snakefile"), "results/train/seed1/model"]
+    # mtime only: code edited since the first run must not rerun the upstream stages here
+    cmd, env = snakemake_command("-s", str(REPO / "Snakefile"), "results/train/seed1/model",
+                                 "--rerun-triggers", "mtime", timeout=480)
     proc = subprocess.Popen(cmd, cwd=workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         def running_train_job():

@@ -47,7 +47,7 @@ def test_olmocr2_plan_lists_six_gpu_seeds_and_the_soup(tmp_path):
     assert counts["train_seed"] == 6 and counts["soup"] == 1 and counts["evaluate_compare"] == 1
     assert "build_model" not in counts  # a real model, not the embedded one
     text = proc.stdout + proc.stderr
-    jobs = re.findall(r"rule train_seed:\n(.*?)\n\n", text + "\n\n", flags=re.S)
+    jobs = re.findall(r"rule train_seed:\n(.*?)\n\n", text + "\n\n", flags=re.DOTALL)
     assert len(jobs) == 6
     for job in jobs:
         assert "gpu=8" in job and "runtime=2880" in job and "mem_mb=480000" in job

@@ -6,6 +6,7 @@ Each test builds a fresh working directory with its own bench and config, runs t
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -130,3 +131,19 @@ def test_separate_eval_bench_gets_its_own_pages(tmp_path):
     pages = (tmp_path / "results/validate/pages.jsonl").read_text().splitlines()
     assert sum('"split": "eval"' in line for line in pages) == 4
     assert sum('"split": "train"' in line for line in pages) == 1
+
+
+def test_invalid_tests_fail_validate_with_their_messages(tmp_path):
+    make_small_bench(tmp_path / "bench", pdfs=("earnings.pdf",))
+    write_jsonl(tmp_path / "bench" / "bad.jsonl", [
+        {"pdf": "/abs.pdf", "page": 1, "id": "a", "type": "present", "text": "x"},
+        {"pdf": "earnings.pdf", "page": 1, "id": "b", "type": "nonsense", "text": "x"},
+    ])
+    write_config(tmp_path)
+    proc = snakemake(tmp_path, "validate", check=False)
+    text = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert "bench/bad.jsonl:1: test 'a': pdf path '/abs.pdf' is absolute" in text
+    assert "bench/bad.jsonl:2: test 'b': unknown test type 'nonsense'" in text
+    report = json.loads((tmp_path / "logs/validate/validate.report.json").read_text())
+    assert [p["test_id"] for p in report["problems"]] == ["a", "b"]

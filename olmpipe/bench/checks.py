@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 from itertools import islice
 
+from fuzzysearch import find_near_matches
 from rapidfuzz import fuzz
 
 from olmpipe.bench.normalize import normalize_text
@@ -70,8 +71,6 @@ def _starts(pattern: str, content: str, max_diffs: int) -> tuple[int, int] | Non
         return None if first < 0 else (first, content.rfind(pattern))
     if not _may_match(pattern, content, max_diffs):
         return None
-    from fuzzysearch import find_near_matches
-
     matches = find_near_matches(pattern, content, max_l_dist=max_diffs)
     if not matches:
         return None
@@ -107,6 +106,8 @@ def check_order(test, page) -> tuple[bool, str]:
     content = page.normalized
     if test.max_diffs and _order_shortcut(test._before, test._after, content):
         return True, ""
+    if test.max_diffs and not _may_match(test._after, content, test.max_diffs):
+        return False, f"'after' text '{test._after[:40]}...' not found with max_l_dist {test.max_diffs}"
     before = _starts(test._before, content, test.max_diffs)
     if before is None:
         return False, f"'before' text '{test._before[:40]}...' not found with max_l_dist {test.max_diffs}"

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from importlib import resources
 from pathlib import Path
+from typing import Self
 
 from olmpipe.bench.mathbrowser import BrowserError, BrowserNotFoundError, BrowserPipe, BrowserTimeout
 from olmpipe.bench.mathcache import MathCache, cache_key, default_cache_dir
@@ -44,8 +45,8 @@ log = logging.getLogger(__name__)
 
 #: The KaTeX release shipped in ``katex_assets`` (from npm, ``katex@0.16.21``): olmocr 0.4.27's.
 KATEX_VERSION = "0.16.21"
-#: Bump when what is stored per render changes (keys include it).
-RENDER_FORMAT = "2"
+#: Bump when what is stored per render changes (the cache file name and keys include it).
+RENDER_FORMAT = "3"
 #: Leaf spans kept per equation; beyond this the layout check is not attempted (see RenderResult).
 MAX_SPANS = 20_000
 #: Characters of equations sent to the browser in one JavaScript call.
@@ -166,32 +167,35 @@ class KatexRenderer:
 
     ``cache_dir``: folder of the sqlite cache (default :func:`default_cache_dir`); ``False``
     keeps the cache in memory only. ``render_timeout`` bounds one equation's render;
-    ``memory_items`` bounds the in-memory caches. The browser starts on the first render that
-    misses the cache, so a fully cached workload never starts one. Not shared across threads
-    without its lock (all public methods take it); a forked child starts its own browser.
+    ``memory_renders`` / ``memory_verdicts`` bound the in-memory caches (a render with its layout
+    takes a few kB, a verdict a few hundred bytes). The browser starts on the first render that
+    misses the cache, so a fully cached workload never starts one. Thread-safe (one lock
+    serializes the calls); a forked child starts a browser of its own.
     """
 
     def __init__(self, cache_dir: str | os.PathLike | None | bool = None, *, executable: str | None = None,
-                 render_timeout: float = 10.0, start_timeout: float = 60.0, memory_items: int = 50_000) -> None:
+                 render_timeout: float = 10.0, start_timeout: float = 60.0, memory_renders: int = 5_000,
+                 memory_verdicts: int = 200_000) -> None:
         if cache_dir is False:
             path = None
         else:
             folder = default_cache_dir() if cache_dir in (None, True) else Path(cache_dir)
-            path = folder / "math" / f"katex-{KATEX_VERSION}.sqlite3"
+            path = folder / "math" / f"katex-{KATEX_VERSION}-v{RENDER_FORMAT}.sqlite3"
         self.cache = MathCache(path)
         self.executable = executable
         self.render_timeout = render_timeout
         self.start_timeout = start_timeout
         self._memory: OrderedDict[str, RenderResult] = OrderedDict()
         self._verdicts: OrderedDict[str, bool] = OrderedDict()
-        self._memory_items = memory_items
+        self._memory_renders = memory_renders
+        self._memory_verdicts = memory_verdicts
         self._browser: BrowserPipe | None = None
         self._session: str | None = None
         self._lock = threading.RLock()
         self.stats = {"renders": 0, "memory_hits": 0, "disk_hits": 0, "browser_starts": 0, "browser_kills": 0}
 
     # ------------------------------------------------------------------ browser lifecycle
-    def start(self) -> KatexRenderer:
+    def start(self) -> Self:
         """Start the browser now (else it starts on the first render the cache cannot answer)."""
         with self._lock:
             self._page()
@@ -208,9 +212,9 @@ class KatexRenderer:
             assets = resources.files("olmpipe.bench.katex_assets")
             css = assets.joinpath("katex.min.css").read_text(encoding="utf-8")
             script = assets.joinpath("katex.min.js").read_text(encoding="utf-8")
-            setup = ("document.open(); document.write(%s); document.close();"
-                     "const style = document.createElement('style'); style.textContent = %s;"
-                     "document.head.appendChild(style); true;") % (json.dumps(_PAGE_HTML), json.dumps(css))
+            setup = (f"document.open(); document.write({json.dumps(_PAGE_HTML)}); document.close();"
+                     f"const style = document.createElement('style'); style.textContent = {json.dumps(css)};"
+                     "document.head.appendChild(style); true;")
             browser.evaluate(session, setup, timeout=self.start_timeout)
             browser.evaluate(session, script + "\n;true;", timeout=self.start_timeout)
             browser.evaluate(session, _RENDER_JS, timeout=self.start_timeout)
@@ -232,7 +236,7 @@ class KatexRenderer:
                 self._browser = None
             self.cache.close()
 
-    def __enter__(self) -> KatexRenderer:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -243,10 +247,11 @@ class KatexRenderer:
     def render_key(latex: str) -> str:
         return cache_key("render", KATEX_VERSION, RENDER_FORMAT, latex)
 
-    def _remember(self, store: OrderedDict, key: str, value) -> None:
+    @staticmethod
+    def _remember(store: OrderedDict, key: str, value, limit: int) -> None:
         store[key] = value
         store.move_to_end(key)
-        while len(store) > self._memory_items:
+        while len(store) > limit:
             store.popitem(last=False)
 
     def render_many(self, latex_list: list[str], timeout: float | None = None) -> list[RenderResult]:
@@ -264,6 +269,7 @@ class KatexRenderer:
             for latex in unique:
                 hit = self._memory.get(keys[latex])
                 if hit is not None:
+                    self._memory.move_to_end(keys[latex])
                     found[latex] = hit
                     self.stats["memory_hits"] += 1
             missing = [latex for latex in unique if latex not in found]
@@ -273,7 +279,7 @@ class KatexRenderer:
                     payload = stored.get(keys[latex])
                     if payload is not None:
                         found[latex] = RenderResult.from_json(latex, payload)
-                        self._remember(self._memory, keys[latex], found[latex])
+                        self._remember(self._memory, keys[latex], found[latex], self._memory_renders)
                         self.stats["disk_hits"] += 1
                 missing = [latex for latex in missing if latex not in found]
             if missing:
@@ -282,7 +288,7 @@ class KatexRenderer:
                 for result in fresh:
                     found[result.latex] = result
                     if not result.transient:
-                        self._remember(self._memory, keys[result.latex], result)
+                        self._remember(self._memory, keys[result.latex], result, self._memory_renders)
             return [found[latex] for latex in latex_list]
 
     def render(self, latex: str, timeout: float | None = None) -> RenderResult:
@@ -345,7 +351,7 @@ class KatexRenderer:
         running for ``render_timeout`` by itself); ``hung`` (no answer: the browser was killed);
         ``crashed`` (the browser died or failed)."""
         browser, session = self._page()
-        expression = "window.__olmRender(%s, %d)" % (json.dumps(batch, ensure_ascii=True), MAX_SPANS)
+        expression = f"window.__olmRender({json.dumps(batch, ensure_ascii=True)}, {MAX_SPANS})"
         outcome = "ok"
         try:
             raw = browser.evaluate(session, expression, timeout=limit)
@@ -401,7 +407,7 @@ class KatexRenderer:
                 for h in rest:
                     if keys[h] in stored:
                         known[h] = stored[keys[h]]
-                        self._remember(self._verdicts, keys[h], known[h])
+                        self._remember(self._verdicts, keys[h], known[h], self._memory_verdicts)
             return known
 
     def store_verdicts(self, reference: str, verdicts: dict[str, bool]) -> None:
@@ -409,7 +415,7 @@ class KatexRenderer:
         with self._lock:
             rows = [(self.pair_key(reference, h), v) for h, v in verdicts.items()]
             for key, value in rows:
-                self._remember(self._verdicts, key, value)
+                self._remember(self._verdicts, key, value, self._memory_verdicts)
             self.cache.put_verdicts(rows)
 
 

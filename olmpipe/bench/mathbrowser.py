@@ -29,7 +29,9 @@ import shutil
 import signal
 import tempfile
 import time
+import weakref
 from pathlib import Path
+from typing import Self
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +96,36 @@ def find_chromium(executable: str | os.PathLike | None = None) -> str:
     raise BrowserNotFoundError(f"no Chromium found on PATH ({', '.join(CHROMIUM_CANDIDATES)}): {INSTALL_HINT}")
 
 
+def _reap(pid: int, owner_pid: int, profile_dir: Path) -> None:
+    """Kill the browser's process group, wait for it, remove its profile (owner process only:
+    a forked child leaves its parent's browser running)."""
+    if owner_pid != os.getpid():
+        return
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, 0)
+    shutil.rmtree(profile_dir, ignore_errors=True)
+
+
+_PROFILE_PREFIX = "olmpipe-chromium-"
+
+
+def _remove_stale_profiles() -> None:
+    """Delete temporary browser profiles left by processes of this user that were killed
+    (a killed process cannot clean up; its browser exits by itself when the pipe closes)."""
+    for folder in Path(tempfile.gettempdir()).glob(_PROFILE_PREFIX + "*-*"):
+        pid = folder.name[len(_PROFILE_PREFIX):].split("-", 1)[0]
+        try:
+            if not pid.isdigit() or folder.stat().st_uid != os.getuid():
+                continue
+            os.kill(int(pid), 0)  # raises ProcessLookupError when the owner is gone
+        except ProcessLookupError:
+            shutil.rmtree(folder, ignore_errors=True)
+        except OSError:
+            continue
+
+
 def _high_fd(fd: int) -> int:
     """Move ``fd`` to a number >= 10 (close-on-exec), so that dup2 onto 3 and 4 cannot clobber it."""
     new = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 10)
@@ -113,12 +145,15 @@ class BrowserPipe:
         self._next_id = 0
         self._closed = False
         self.owner_pid = os.getpid()
+        # kills the browser if this object is dropped or the interpreter exits without close()
+        self._finalizer = weakref.finalize(self, _reap, pid, self.owner_pid, profile_dir)
 
     @classmethod
     def launch(cls, executable: str | os.PathLike | None = None, *, timeout: float = 30.0) -> BrowserPipe:
         """Start Chromium headless with a fresh temporary profile and wait until it answers."""
         path = find_chromium(executable)
-        profile_dir = Path(tempfile.mkdtemp(prefix="olmpipe-chromium-"))
+        _remove_stale_profiles()
+        profile_dir = Path(tempfile.mkdtemp(prefix=f"{_PROFILE_PREFIX}{os.getpid()}-"))
         cmd_r, cmd_w = (_high_fd(fd) for fd in os.pipe())
         out_r, out_w = (_high_fd(fd) for fd in os.pipe())
         log_fd = os.open(profile_dir / "chromium.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
@@ -273,13 +308,7 @@ class BrowserPipe:
         for fd in (self._to, self._from):
             with contextlib.suppress(OSError):
                 os.close(fd)
-        if self.owner_pid != os.getpid():
-            return  # a forked child: the browser belongs to the parent, leave it running
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.pid, signal.SIGKILL)
-        with contextlib.suppress(ChildProcessError):
-            os.waitpid(self.pid, 0)
-        shutil.rmtree(self._profile_dir, ignore_errors=True)
+        self._finalizer()
 
     def close(self, timeout: float = 2.0) -> None:
         """Ask the browser to quit, then make sure its whole process group is gone."""
@@ -288,7 +317,7 @@ class BrowserPipe:
                 self.call("Browser.close", timeout=timeout)
         self.kill()
 
-    def __enter__(self) -> BrowserPipe:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc) -> None:

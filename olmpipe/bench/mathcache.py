@@ -12,7 +12,9 @@ Several processes (the batch scorer's workers, GRPO ranks on one node) may share
 lets readers proceed while one writer commits, ``busy_timeout`` waits for the write lock, and
 ``INSERT OR IGNORE`` makes concurrent writes of the same key harmless (values are deterministic).
 A cache that cannot be opened or written is logged once and then skipped: the cache only saves
-time, it never decides a verdict.
+time, it never decides a verdict. Render payloads are stored zlib-compressed, and each table keeps
+its newest ``max_renders`` / ``max_verdicts`` rows (older rows are pruned now and then), so a long
+training run does not grow the file without bound (about 1 kB per render, 0.1 kB per verdict).
 
 The folder is ``$OLMPIPE_CACHE_DIR`` when set, else the user's cache folder
 (``platformdirs.user_cache_dir("olmpipe")``); the file is ``<folder>/math/katex-<version>.sqlite3``.
@@ -24,6 +26,7 @@ import hashlib
 import logging
 import os
 import sqlite3
+import zlib
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -31,6 +34,7 @@ log = logging.getLogger(__name__)
 
 CACHE_ENV = "OLMPIPE_CACHE_DIR"
 _CHUNK = 500  # keys per SELECT ... IN (...), below sqlite's parameter limit
+_PRUNE_EVERY = 500  # writes between two prunings
 
 
 def default_cache_dir() -> Path:
@@ -58,8 +62,10 @@ class MathCache:
     Safe across ``fork``: a child opens its own connection on first use.
     """
 
-    def __init__(self, path: Path | None) -> None:
+    def __init__(self, path: Path | None, *, max_renders: int = 500_000, max_verdicts: int = 5_000_000) -> None:
         self.path = path
+        self.max_rows = {"renders": max_renders, "verdicts": max_verdicts}
+        self._writes = 0
         self._conn: sqlite3.Connection | None = None
         self._conn_pid: int | None = None
         self._disabled = path is None
@@ -75,7 +81,7 @@ class MathCache:
             conn.execute("PRAGMA busy_timeout=30000")
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=NORMAL")
-            conn.execute("CREATE TABLE IF NOT EXISTS renders (key TEXT PRIMARY KEY, payload TEXT NOT NULL)")
+            conn.execute("CREATE TABLE IF NOT EXISTS renders (key TEXT PRIMARY KEY, payload BLOB NOT NULL)")
             conn.execute("CREATE TABLE IF NOT EXISTS verdicts (key TEXT PRIMARY KEY, passed INTEGER NOT NULL)")
         except (sqlite3.Error, OSError) as exc:
             self._fail("open", exc)
@@ -114,15 +120,27 @@ class MathCache:
             with conn:  # one transaction
                 conn.execute("BEGIN IMMEDIATE")
                 conn.executemany(f"INSERT OR IGNORE INTO {table} VALUES (?, ?)", rows)
+                self._writes += 1
+                if self._writes % _PRUNE_EVERY == 0:
+                    # rowids grow with insertion: drop all but the newest max_rows rows
+                    conn.execute(f"DELETE FROM {table} WHERE rowid <= (SELECT max(rowid) FROM {table}) - ?",
+                                 (self.max_rows[table],))
         except sqlite3.Error as exc:
             self._fail("write", exc)
 
     def get_renders(self, keys: list[str]) -> dict[str, str]:
         """Stored render payloads (JSON text) for the keys that have one."""
-        return self._get("renders", "payload", keys)  # type: ignore[return-value]
+        found = {}
+        for key, blob in self._get("renders", "payload", keys).items():
+            try:
+                found[key] = zlib.decompress(blob).decode("utf-8")
+            except (zlib.error, TypeError, UnicodeDecodeError):
+                log.warning("math cache %s: unreadable render row %s ignored", self.path, key)
+        return found
 
     def put_renders(self, rows: Iterable[tuple[str, str]]) -> None:
-        self._put("renders", rows)
+        """Store render payloads (JSON text, compressed here)."""
+        self._put("renders", ((k, zlib.compress(v.encode("utf-8"), 6)) for k, v in rows))
 
     def get_verdicts(self, keys: list[str]) -> dict[str, bool]:
         """Stored pair verdicts for the keys that have one."""

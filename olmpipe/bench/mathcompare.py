@@ -28,6 +28,8 @@ import time
 from dataclasses import dataclass
 
 import numpy as np
+from bs4 import BeautifulSoup
+from lxml import etree
 
 #: Bump when the comparison's semantics change: cached pair verdicts are keyed by it.
 COMPARE_VERSION = 1
@@ -44,10 +46,95 @@ class CompareTimeout(Exception):
     """The deadline passed before the comparison finished."""
 
 
-def mathml_inner(mathml: str) -> str:
-    """The reference's normalized MathML: ``<semantics>`` children but ``<annotation>``, no whitespace."""
-    from bs4 import BeautifulSoup
+_MATHML_NS = "{http://www.w3.org/1998/Math/MathML}"
+_EMPTY_DOCUMENT = '<?xmlversion="1.0"encoding="utf-8"?>'
 
+
+def mathml_inner(mathml: str) -> str:
+    """The reference's normalized MathML: ``<semantics>`` children but ``<annotation>``, no whitespace.
+
+    KaTeX's MathML is plain (no entity, comment, CDATA or processing instruction, one namespace)
+    for almost every equation; for those :func:`_plain_inner` serializes lxml's tree the way
+    BeautifulSoup does, 30x faster. Anything else goes through BeautifulSoup, as the reference.
+    """
+    fast = _plain_inner(mathml)
+    return fast if fast is not None else _soup_inner(mathml)
+
+
+def _plain_inner(mathml: str) -> str | None:
+    """BeautifulSoup's (``"xml"`` parser) serialization of the ``<semantics>`` children, whitespace
+    removed, for plain MathML; None when the document is not plain (the caller then uses it)."""
+    if not _encodable(mathml):
+        return None  # lone surrogates: BeautifulSoup fails and the reference keeps the raw string
+    if "<" not in mathml and "&" not in mathml:
+        return _EMPTY_DOCUMENT  # no element at all (a KaTeX error message): the bare XML declaration
+    # entities outside the annotation (the TeX source, which is dropped) are left to BeautifulSoup
+    # (it drops unknown ones such as &nbsp; and empties elements holding &amp;)
+    if "&" in mathml.split("<annotation", 1)[0] or "<!" in mathml or "<?" in mathml \
+            or mathml.count("xmlns") != 1:
+        return None
+    try:
+        root = etree.fromstring(mathml.encode("utf-8"))
+    except (etree.XMLSyntaxError, ValueError, UnicodeEncodeError):
+        return None
+    semantics = next(root.iter(_MATHML_NS + "semantics"), None)
+    if semantics is None:
+        return None
+    try:
+        parts = [_plain_text(semantics.text)]
+        for child in semantics:
+            if child.tag != _MATHML_NS + "annotation":
+                _serialize(child, parts)
+            parts.append(_plain_text(child.tail))
+    except _NotPlain:
+        return None
+    return _WHITESPACE.sub("", "".join(parts))
+
+
+def _encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+class _NotPlain(Exception):
+    pass
+
+
+def _serialize(element, parts: list[str]) -> None:
+    tag = element.tag
+    if not isinstance(tag, str) or not tag.startswith(_MATHML_NS) or element.prefix is not None:
+        raise _NotPlain
+    name = tag[len(_MATHML_NS):]
+    attrs = []
+    for key, value in sorted(element.attrib.items()):  # BeautifulSoup's formatter sorts them
+        if key.startswith("{") or ">" in value or '"' in value:
+            raise _NotPlain
+        attrs.append(f' {key}="{value}"')
+    head = "<" + name + "".join(attrs)
+    if element.text is None and len(element) == 0:
+        parts.append(head + "/>")  # BeautifulSoup writes childless XML elements self-closed
+        return
+    parts.append(head + ">")
+    parts.append(_plain_text(element.text))
+    for child in element:
+        _serialize(child, parts)
+        parts.append(_plain_text(child.tail))
+    parts.append("</" + name + ">")
+
+
+def _plain_text(text: str | None) -> str:
+    if text is None:
+        return ""
+    if ">" in text:  # BeautifulSoup would write &gt;
+        raise _NotPlain
+    return text
+
+
+def _soup_inner(mathml: str) -> str:
+    """The reference's own procedure (BeautifulSoup's XML parser)."""
     try:
         soup = BeautifulSoup(mathml, "xml")
         semantics = soup.find("semantics")

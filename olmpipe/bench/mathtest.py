@@ -102,6 +102,8 @@ def check_math(text: str, math: str, *, max_diffs: int = 0, ignore_dollar_delimi
     (:class:`~olmpipe.bench.mathbrowser.BrowserNotFoundError` names how to install one).
     """
     del max_diffs  # the reference's math test has no fuzzy matching
+    if not isinstance(text, str):
+        return False, f"page text is {type(text).__name__}, not str"
     not_found = (False, f"No match found for {math} anywhere in content")
     equations = equations_in(text, ignore_dollar_delimited)
     if not equations:

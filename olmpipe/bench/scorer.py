@@ -41,6 +41,7 @@ from olmpipe.bench.worker import CRASH_REASON, close_renderer, make_renderer
 
 log = logging.getLogger(__name__)
 
+
 @dataclass(frozen=True)
 class BatchResult:
     """Verdicts of one completion plus its micro (passed/total) and macro (mean per-type) reward."""

@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import cached_property
 
+from bs4 import BeautifulSoup
 from rapidfuzz import fuzz, process
 
 from olmpipe.bench import fasthtml
@@ -220,8 +221,6 @@ def parse_html_tables(text: str, *, fast: bool = True) -> list[TableData]:
         return []
     root = fasthtml.parse(text) if fast else None
     if root is None:
-        from bs4 import BeautifulSoup
-
         root = BeautifulSoup(text, "html.parser")
     if root.find("tr") is None:  # tables without rows yield nothing; skips O(n^2) nested-table scans
         return []

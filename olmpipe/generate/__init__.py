@@ -98,4 +98,9 @@ def backend_identity(generation: Mapping[str, Any], model_path: str | Path) -> d
         section = generation["openai"]
         return {"backend": name, "base_url": section["base_url"], "model": section["model"]}
     dtype = generation[name]["dtype"]
-    return {"backend": name, "model_path": str(model_path), "model": model_identity(model_path), "dtype": dtype}
+    return {
+        "backend": name,
+        "model_path": str(model_path),
+        "model": model_identity(model_path),
+        "dtype": dtype,
+    }

@@ -30,7 +30,9 @@ class GenerationError(RuntimeError):
 
 @dataclass(frozen=True)
 class PageRequest:
-    """One generation to make: page ``page`` (1-based) of ``pdf`` (path under ``pdfs/``), repeat ``repeat`` (1-based).
+    """One generation to make: page ``page`` (1-based) of ``pdf`` (path under ``pdfs/``), repeat ``repeat``.
+
+    Pages and repeats are 1-based.
 
     ``image`` is the path of the rasterized page (PNG); backends read it, never re-render the PDF.
     """

@@ -93,10 +93,16 @@ def request_seed(base_seed: int, key: tuple[str, int, int], attempt: int) -> int
     return (base_seed * 1_000_003 + mixed) % (2**31 - 1)
 
 
-def settings_fingerprint(settings: DecodingSettings, backend: Mapping[str, Any], extra: Mapping[str, Any]) -> str:
+def settings_fingerprint(
+    settings: DecodingSettings, backend: Mapping[str, Any], extra: Mapping[str, Any]
+) -> str:
     """Short hash identifying the generation settings; resumed work must share it."""
-    payload = {"decoding": settings.fingerprint_fields(), "backend": dict(backend), "prompt": PROMPT_NAME,
-               **dict(extra)}
+    payload = {
+        "decoding": settings.fingerprint_fields(),
+        "backend": dict(backend),
+        "prompt": PROMPT_NAME,
+        **dict(extra),
+    }
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
@@ -173,8 +179,12 @@ def decode_batch(
         if not pending:
             break
         sampling = [
-            Sampling(settings.max_new_tokens, temperature, settings.top_p,
-                     request_seed(settings.seed, requests[i].key, step))
+            Sampling(
+                settings.max_new_tokens,
+                temperature,
+                settings.top_p,
+                request_seed(settings.seed, requests[i].key, step),
+            )
             for i in pending
         ]
         completions = backend.generate([requests[i] for i in pending], sampling)
@@ -184,24 +194,42 @@ def decode_batch(
             )
         still = []
         for i, completion, params in zip(pending, completions, sampling, strict=True):
-            attempts[i].append(Attempt(
-                attempt=step, temperature=temperature, seed=params.seed,
-                finish_reason=completion.finish_reason, prompt_tokens=completion.prompt_tokens,
-                completion_tokens=completion.completion_tokens, seconds=round(completion.seconds, 4),
-                error=completion.error,
-            ))
+            attempts[i].append(
+                Attempt(
+                    attempt=step,
+                    temperature=temperature,
+                    seed=params.seed,
+                    finish_reason=completion.finish_reason,
+                    prompt_tokens=completion.prompt_tokens,
+                    completion_tokens=completion.completion_tokens,
+                    seconds=round(completion.seconds, 4),
+                    error=completion.error,
+                )
+            )
             last[i] = completion
             if completion.finish_reason != FINISH_ERROR:
                 kept[i] = completion
             if completion.finish_reason != FINISH_STOP:
                 still.append(i)
         if still and step < len(settings.temperatures):
-            logger.debug("%d of %d requests ended without EOS at temperature %s; retrying hotter",
-                         len(still), len(pending), temperature)
+            logger.debug(
+                "%d of %d requests ended without EOS at temperature %s; retrying hotter",
+                len(still),
+                len(pending),
+                temperature,
+            )
         pending = still
     return [
-        _record(requests[i], attempts[i], kept[i], last[i], image_sha256=image_hashes.get(requests[i].image, ""),
-                model=model, backend=backend.name, settings=fingerprint)
+        _record(
+            requests[i],
+            attempts[i],
+            kept[i],
+            last[i],
+            image_sha256=image_hashes.get(requests[i].image, ""),
+            model=model,
+            backend=backend.name,
+            settings=fingerprint,
+        )
         for i in range(n)
     ]
 
@@ -220,12 +248,16 @@ def iter_generate(
     Callers append the records to their journal after every batch, so an interrupted run loses at
     most one batch of work.
     """
-    batches = [requests[start : start + settings.batch_size] for start in range(0, len(requests), settings.batch_size)]
+    batches = [
+        requests[start : start + settings.batch_size]
+        for start in range(0, len(requests), settings.batch_size)
+    ]
     for index, batch in enumerate(batches):
         if index + 1 < len(batches):
             backend.prefetch(batches[index + 1])
         t0 = time.perf_counter()
-        records = decode_batch(backend, batch, settings, image_hashes=image_hashes, model=model,
-                               fingerprint=fingerprint)
+        records = decode_batch(
+            backend, batch, settings, image_hashes=image_hashes, model=model, fingerprint=fingerprint
+        )
         logger.debug("batch of %d requests decoded in %.2fs", len(batch), time.perf_counter() - t0)
         yield records

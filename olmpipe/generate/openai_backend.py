@@ -118,12 +118,19 @@ class OpenAIBackend(GenerationBackend):
             api_key = os.environ.get(key_env)
             if not api_key:
                 raise GenerationError(
-                    f"generation.openai.api_key_env names the environment variable {key_env!r}, which is not set; "
+                    f"generation.openai.api_key_env names the environment variable {key_env!r}, "
+                    "which is not set; "
                     "export it or set api_key_env: null for a server without authentication"
                 )
-        return cls(section["base_url"], section["model"], api_key=api_key, concurrency=section["concurrency"],
-                   retries=section["retries"], backoff_s=section["backoff_s"], timeout_s=section["timeout_s"])
-
+        return cls(
+            section["base_url"],
+            section["model"],
+            api_key=api_key,
+            concurrency=section["concurrency"],
+            retries=section["retries"],
+            backoff_s=section["backoff_s"],
+            timeout_s=section["timeout_s"],
+        )
 
     def generate(self, requests: Sequence[PageRequest], sampling: Sequence[Sampling]) -> list[Completion]:
         check_lengths(requests, sampling)
@@ -158,8 +165,16 @@ class OpenAIBackend(GenerationBackend):
         for attempt in range(self.retries + 1):
             if attempt:
                 delay = min(MAX_BACKOFF_S, self.backoff_s * 2 ** (attempt - 1))
-                logger.warning("%s page %d repeat %d: %s; retry %d/%d in %.1fs", request.pdf, request.page,
-                               request.repeat, problem, attempt, self.retries, delay)
+                logger.warning(
+                    "%s page %d repeat %d: %s; retry %d/%d in %.1fs",
+                    request.pdf,
+                    request.page,
+                    request.repeat,
+                    problem,
+                    attempt,
+                    self.retries,
+                    delay,
+                )
                 self.sleep(delay)
             try:
                 completion = parse_chat_completion(self._post(body))
@@ -170,10 +185,20 @@ class OpenAIBackend(GenerationBackend):
                 problem = str(exc)
                 break
             seconds = time.perf_counter() - t0
-            return Completion(completion.text, completion.finish_reason, completion.prompt_tokens,
-                              completion.completion_tokens, seconds, completion.error)
-        return Completion("", FINISH_ERROR, seconds=time.perf_counter() - t0,
-                          error=f"{self.url}: {problem} (after {attempt + 1} tries)")
+            return Completion(
+                completion.text,
+                completion.finish_reason,
+                completion.prompt_tokens,
+                completion.completion_tokens,
+                seconds,
+                completion.error,
+            )
+        return Completion(
+            "",
+            FINISH_ERROR,
+            seconds=time.perf_counter() - t0,
+            error=f"{self.url}: {problem} (after {attempt + 1} tries)",
+        )
 
     def _post(self, body: bytes) -> bytes:
         headers = {"Content-Type": "application/json", "Accept": "application/json"}

@@ -46,7 +46,10 @@ def _eos_ids(model: Any, processor: Any) -> set[int]:
     if getattr(tokenizer, "eos_token_id", None) is not None:
         ids.add(int(tokenizer.eos_token_id))
     if not ids:
-        raise ValueError("the model has no EOS token id (generation_config.eos_token_id and tokenizer.eos_token_id are unset)")
+        raise ValueError(
+            "the model has no EOS token id "
+            "(generation_config.eos_token_id and tokenizer.eos_token_id are unset)"
+        )
     return ids
 
 
@@ -55,7 +58,8 @@ def load_page_image(path: str):
     from PIL import Image
 
     with Image.open(path) as img:
-        return img.convert("RGB")
+        img.load()
+        return img if img.mode == "RGB" else img.convert("RGB")
 
 
 class TransformersBackend(GenerationBackend):
@@ -77,8 +81,12 @@ class TransformersBackend(GenerationBackend):
         tokenizer = getattr(processor, "tokenizer", processor)
         tokenizer.padding_side = "left"
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(self.eos_ids)
-        self._last_encoding: tuple[tuple[str, ...], tuple[Any, list[int], dict[int, Completion]]] | None = None
+        self._last_encoding: tuple[tuple[str, ...], tuple[Any, list[int], dict[int, Completion]]] | None = (
+            None
+        )
         self._pending: dict[tuple[str, ...], Future] = {}
+        #: wall time the generating thread spent waiting for page encodings (not overlapped)
+        self.encode_seconds = 0.0
         self._pool: ThreadPoolExecutor | None = None
 
     @classmethod
@@ -97,7 +105,6 @@ class TransformersBackend(GenerationBackend):
         logger.info("transformers backend: %s on %s (%s)", model_path, device, model.dtype)
         return cls(model, processor, model_path=str(model_path), batch_size=generation["batch_size"])
 
-
     def generate(self, requests: Sequence[PageRequest], sampling: Sequence[Sampling]) -> list[Completion]:
         check_lengths(requests, sampling)
         results: list[Completion | None] = [None] * len(requests)
@@ -107,8 +114,11 @@ class TransformersBackend(GenerationBackend):
         for indices in groups.values():
             for start in range(0, len(indices), self.batch_size):
                 chunk = indices[start : start + self.batch_size]
-                for i, completion in zip(chunk, self._generate_batch([requests[i] for i in chunk],
-                                                                     [sampling[i] for i in chunk]), strict=True):
+                for i, completion in zip(
+                    chunk,
+                    self._generate_batch([requests[i] for i in chunk], [sampling[i] for i in chunk]),
+                    strict=True,
+                ):
                     results[i] = completion
         if any(r is None for r in results):
             raise RuntimeError("transformers backend: a request got no completion (internal error)")
@@ -151,11 +161,16 @@ class TransformersBackend(GenerationBackend):
             try:
                 image = load_page_image(request.image)
             except (OSError, ValueError) as exc:
-                errors[i] = Completion("", FINISH_ERROR, error=f"cannot read page image {request.image}: {exc}")
+                errors[i] = Completion(
+                    "", FINISH_ERROR, error=f"cannot read page image {request.image}: {exc}"
+                )
                 continue
             images.append(image)
-            texts.append(self.processor.apply_chat_template(build_messages(image), tokenize=False,
-                                                            add_generation_prompt=True))
+            texts.append(
+                self.processor.apply_chat_template(
+                    build_messages(image), tokenize=False, add_generation_prompt=True
+                )
+            )
             live.append(i)
         inputs = None
         if live:
@@ -163,17 +178,23 @@ class TransformersBackend(GenerationBackend):
             inputs = inputs.to(self.model.device)
         return inputs, live, errors
 
-    def _generate_batch(self, requests: Sequence[PageRequest], sampling: Sequence[Sampling]) -> list[Completion]:
+    def _generate_batch(
+        self, requests: Sequence[PageRequest], sampling: Sequence[Sampling]
+    ) -> list[Completion]:
         import torch
 
         t0 = time.perf_counter()
         inputs, live, errors = self._encode(requests)
+        self.encode_seconds += time.perf_counter() - t0
         out: list[Completion | None] = [errors.get(i) for i in range(len(requests))]
         if live:
             params = sampling[live[0]]
             torch.manual_seed(params.seed)
-            kwargs: dict[str, Any] = {"max_new_tokens": params.max_new_tokens, "pad_token_id": self.pad_id,
-                                      "eos_token_id": sorted(self.eos_ids)}
+            kwargs: dict[str, Any] = {
+                "max_new_tokens": params.max_new_tokens,
+                "pad_token_id": self.pad_id,
+                "eos_token_id": sorted(self.eos_ids),
+            }
             if params.temperature > 0:
                 kwargs.update(do_sample=True, temperature=params.temperature, top_p=params.top_p, top_k=0)
             else:

@@ -101,7 +101,7 @@ class VLLMBackend(GenerationBackend):
         sampling_params_cls: Callable[..., Any] | None = None,
         processor: Any = None,
     ) -> VLLMBackend:
-        """Start the engine for ``model_path`` (``engine_factory(**engine_kwargs(...))``, default ``vllm.LLM``)."""
+        """Start the engine for ``model_path`` with ``engine_factory`` (default ``vllm.LLM``)."""
         kwargs = engine_kwargs(model_path, generation)
         if processor is None:
             from olmpipe.tinymodel import load_processor
@@ -109,9 +109,13 @@ class VLLMBackend(GenerationBackend):
             processor = load_processor(model_path)
         engine = (engine_factory or _vllm_engine)(**kwargs)
         logger.info("vLLM backend: %s (%s)", model_path, {k: v for k, v in kwargs.items() if k != "model"})
-        return cls(engine, processor, sampling_params_cls=sampling_params_cls, model_path=str(model_path),
-                   engine_settings=kwargs)
-
+        return cls(
+            engine,
+            processor,
+            sampling_params_cls=sampling_params_cls,
+            model_path=str(model_path),
+            engine_settings=kwargs,
+        )
 
     def generate(self, requests: Sequence[PageRequest], sampling: Sequence[Sampling]) -> list[Completion]:
         check_lengths(requests, sampling)
@@ -123,11 +127,15 @@ class VLLMBackend(GenerationBackend):
             except (OSError, ValueError) as exc:
                 out[i] = Completion("", FINISH_ERROR, error=f"cannot read page image {request.image}: {exc}")
                 continue
-            text = self.processor.apply_chat_template(build_messages(image), tokenize=False,
-                                                      add_generation_prompt=True)
+            text = self.processor.apply_chat_template(
+                build_messages(image), tokenize=False, add_generation_prompt=True
+            )
             prompts.append({"prompt": text, "multi_modal_data": {"image": image}})
-            params.append(self.sampling_params_cls(n=1, temperature=s.temperature, top_p=s.top_p,
-                                                   max_tokens=s.max_new_tokens, seed=s.seed))
+            params.append(
+                self.sampling_params_cls(
+                    n=1, temperature=s.temperature, top_p=s.top_p, max_tokens=s.max_new_tokens, seed=s.seed
+                )
+            )
             live.append(i)
         if live:
             t0 = time.perf_counter()
@@ -149,8 +157,13 @@ def _to_completion(result: Any, seconds: float) -> Completion:
     prompt_tokens = len(getattr(result, "prompt_token_ids", None) or [])
     outputs = getattr(result, "outputs", None) or []
     if not outputs:
-        return Completion("", FINISH_ERROR, prompt_tokens=prompt_tokens, seconds=seconds,
-                          error="vLLM returned no output for the request")
+        return Completion(
+            "",
+            FINISH_ERROR,
+            prompt_tokens=prompt_tokens,
+            seconds=seconds,
+            error="vLLM returned no output for the request",
+        )
     first = outputs[0]
     reason = getattr(first, "finish_reason", None)
     tokens = len(getattr(first, "token_ids", None) or [])
@@ -161,5 +174,6 @@ def _to_completion(result: Any, seconds: float) -> Completion:
         finish, error = FINISH_LENGTH, None
     else:
         finish, error = FINISH_ERROR, f"vLLM finish_reason {reason!r}"
-    return Completion(text, finish, prompt_tokens=prompt_tokens, completion_tokens=tokens, seconds=seconds,
-                      error=error)
+    return Completion(
+        text, finish, prompt_tokens=prompt_tokens, completion_tokens=tokens, seconds=seconds, error=error
+    )

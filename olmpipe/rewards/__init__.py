@@ -28,7 +28,7 @@ with :func:`build_rewards`.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -87,12 +87,14 @@ class RewardSet:
                 func.close()
 
 
-def build_rewards(rewards_cfg: Mapping[str, Any], *, tokenizer: Any = None) -> RewardSet:
+def build_rewards(rewards_cfg: Mapping[str, Any], *, tokenizer: Any = None,
+                  extra_eos_ids: Sequence[int] = ()) -> RewardSet:
     """The rewards selected in the ``rewards`` config section, with their weights.
 
     A reward is selected when its weight in ``rewards.weights`` is a number (0 computes and logs
     it without letting it steer training); null leaves it out. ``tokenizer`` (or a processor) is
-    needed for ``eos``.
+    needed for ``eos``; ``extra_eos_ids`` adds the model's other end tokens (its generation config's
+    ``eos_token_id``, where TRL also stops).
     """
     weights = rewards_cfg["weights"]
     unknown = sorted(set(weights) - set(REWARD_NAMES))
@@ -120,7 +122,7 @@ def build_rewards(rewards_cfg: Mapping[str, Any], *, tokenizer: Any = None) -> R
         elif name == "eos":
             if tokenizer is None:
                 raise ValueError("rewards.weights.eos is set but no tokenizer was given to build the EOS reward")
-            func = EosReward.for_tokenizer(tokenizer)
+            func = EosReward.for_tokenizer(tokenizer, extra_eos_ids)
         elif name == "front_matter":
             func = front_matter_reward
         elif name == "edit_distance":

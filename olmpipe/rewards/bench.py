@@ -35,7 +35,7 @@ import weakref
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 from olmpipe.rewards.text import SCORE_TEXT_CHOICES, column, completion_text, scored_text
 
@@ -55,7 +55,7 @@ class TestLookupError(ValueError):
 def _close_scorer(scorer: Any) -> None:
     try:
         scorer.close()
-    except Exception:  # noqa: BLE001 - closing at interpreter exit must not raise
+    except Exception:
         logger.debug("closing the bench scorer failed", exc_info=True)
 
 
@@ -138,7 +138,7 @@ class BenchReward:
             self._finalizer()
         self._scorer = self._finalizer = None
 
-    def __enter__(self) -> BenchReward:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:

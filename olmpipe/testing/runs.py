@@ -68,7 +68,8 @@ def make_page_images(root: Path, pages: Collection[tuple[str, int]]) -> Path:
         img.save(img_path)
         tests = [t for ts in TESTS.values() for t in ts if t["pdf"] == pdf and t["page"] == page]
         lines.append({
-            "pdf": pdf, "page": page, "image": str(img_path), "split": "eval", "bench_dir": str(root / "bench"),
+            "pdf": pdf, "page": page, "image": str(img_path), "split": "eval",
+            "bench_dir": str(root / "bench"),
             "test_ids": [t["id"] for t in tests],
             "jsonl_files": {t["id"]: n for n, ts in TESTS.items() for t in ts if t in tests},
             "types": {t["id"]: t["type"] for t in tests},
@@ -115,7 +116,9 @@ def make_run(
                 "attempts": 1, "prompt_tokens": 10, "completion_tokens": len(text), "seconds": 0.1,
                 "failed": False,
             })  # fmt: skip
-    (run / "generations.jsonl").write_text("".join(json.dumps(g) + "\n" for g in generations), encoding="utf-8")
+    (run / "generations.jsonl").write_text(
+        "".join(json.dumps(g) + "\n" for g in generations), encoding="utf-8"
+    )
     score = _score(bench, candidate)
     (run / "scores.json").write_text(json.dumps(score.to_json(), indent=2) + "\n", encoding="utf-8")
     (run / "verdicts.jsonl").write_text(

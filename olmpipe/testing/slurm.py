@@ -40,6 +40,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Self
 
 logger = logging.getLogger(__name__)
 
@@ -104,7 +105,8 @@ def _munge_works() -> bool:
         return False
     try:
         cred = _run(["munge", "-n"], timeout=10).stdout
-        return subprocess.run(["unmunge"], input=cred, capture_output=True, text=True, timeout=10).returncode == 0
+        return subprocess.run(["unmunge"], input=cred, capture_output=True, text=True, timeout=10,
+                              check=False).returncode == 0
     except (subprocess.SubprocessError, OSError):
         return False
 
@@ -206,7 +208,7 @@ class LocalSlurmCluster:
                 _run(["mknod", str(path), "c", "195", str(i)])
 
     # --------------------------------------------------------------- lifecycle
-    def start(self, lock_timeout: float = 600, ready_timeout: float = 60) -> LocalSlurmCluster:
+    def start(self, lock_timeout: float = 600, ready_timeout: float = 60) -> Self:
         """Write the config, start the daemons and wait until the node is idle.
 
         Raises RuntimeError (with the daemon logs' tail) when the cluster does not come up.
@@ -267,8 +269,9 @@ class LocalSlurmCluster:
             STATE_FILE.unlink()
         self._release_lock()
 
-    def __enter__(self) -> LocalSlurmCluster:
-        return self.start()
+    def __enter__(self) -> Self:
+        self.start()
+        return self
 
     def __exit__(self, *exc: object) -> None:
         self.stop()

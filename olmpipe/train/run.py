@@ -127,7 +127,9 @@ def _init_wandb(cfg: Mapping[str, Any], run_dir: Path, run_id: str, seed: int) -
 def _save_final(trainer: Any, processor: Any, final_dir: Path, info: dict[str, Any]) -> None:
     """Write the final model folder atomically (a half-written folder never carries the final name)."""
     tmp = final_dir.with_name(final_dir.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
+    if trainer.accelerator.is_main_process:
+        shutil.rmtree(tmp, ignore_errors=True)
+    trainer.accelerator.wait_for_everyone()
     trainer.save_model(str(tmp))
     if trainer.accelerator.is_main_process:
         processor.save_pretrained(str(tmp))
@@ -198,7 +200,9 @@ def train_seed(
     model.train()
     rewards = None
     if reward_funcs is None:
-        rewards = build_rewards(rcfg, tokenizer=processor)
+        eos = model.generation_config.eos_token_id
+        extra_eos = [eos] if isinstance(eos, int) else list(eos or [])
+        rewards = build_rewards(rcfg, tokenizer=processor, extra_eos_ids=extra_eos)
         reward_funcs, reward_weights = rewards.funcs, rewards.weights
     weights = list(reward_weights) if reward_weights is not None else [1.0] * len(reward_funcs)
 

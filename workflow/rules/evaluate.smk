@@ -69,8 +69,3 @@ rule evaluate_compare:
         code=code_version(*EVALUATE_COMPARE_CODE),
     script:
         "../scripts/evaluate_compare.py"
-
-
-rule evaluate:
-    input:
-        rules.evaluate_compare.output,

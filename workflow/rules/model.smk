@@ -7,8 +7,12 @@ rule build_model:
         model=directory("results/model/tiny"),
     params:
         tiny=config["model"]["tiny"],
+        # editing the builder rebuilds the model and reruns every stage that uses it
+        code=code_version("olmpipe.tinymodel"),
     log:
         "logs/build_model/build_model.log",
     threads: 1
+    conda:
+        "../envs/olmpipe.yaml"
     script:
         "../scripts/build_model.py"

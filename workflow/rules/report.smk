@@ -5,7 +5,9 @@ from olmpipe.report import REPORT_CODE
 
 # The final model of every seed (train_seed's output); the metrics.jsonl beside each, in
 # results/train/seed{seed}/, feeds the reward plot.
-TRAIN_SEED_MODELS = expand("results/train/seed{seed}/model", seed=config["train"]["seeds"])
+TRAIN_SEED_MODELS = expand(
+    "results/train/seed{seed}/model", seed=config["train"]["seeds"]
+)
 
 
 rule report_plots:
@@ -75,8 +77,3 @@ rule report_html:
         code=code_version(*REPORT_CODE),
     script:
         "../scripts/report_html.py"
-
-
-rule report:
-    input:
-        rules.report_html.output,

@@ -28,7 +28,8 @@ rule train_seed:
     output:
         model=directory("results/train/seed{seed}/model"),
     params:
-        base_model=MODEL_DIR,
+        # The model folder (an input) or a hub id (no file).
+        base_model=lambda wildcards, input: input.model if input.model else MODEL_DIR,
         run_dir=lambda wildcards: f"results/train/seed{wildcards.seed}",
         # The sections training reads, reduced to this seed: adding a seed reruns no other seed.
         config=lambda wildcards: seed_config_json(config, int(wildcards.seed)),

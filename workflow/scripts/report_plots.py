@@ -8,10 +8,11 @@ logging.basicConfig(filename=snakemake.log[0], level=logging.INFO, force=True)  
 from olmpipe.compare import read_comparison  # noqa: E402
 from olmpipe.plots import write_plots  # noqa: E402
 
+seed_runs = [Path(m).parent for m in snakemake.input.seed_models]  # noqa: F821
 written = write_plots(
     read_comparison(snakemake.input.comparison),  # noqa: F821
     # results/train/seed{seed}/model -> label seed{seed}, results/train/seed{seed}/metrics.jsonl
-    {Path(m).parent.name: Path(m).parent / "metrics.jsonl" for m in snakemake.input.seed_models},  # noqa: F821
+    {run.name: run / "metrics.jsonl" for run in seed_runs},
     Path(snakemake.output.rewards).parent,  # noqa: F821
 )
 expected = {Path(p) for p in snakemake.output}  # noqa: F821

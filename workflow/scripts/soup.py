@@ -4,7 +4,7 @@ import logging
 
 logging.basicConfig(filename=snakemake.log[0], level=logging.INFO, force=True)  # noqa: F821
 
-from olmpipe.soup import soup  # noqa: E402
+from olmpipe.soup import soup
 
 soup(
     snakemake.input.models,  # noqa: F821

@@ -1,6 +1,8 @@
 """Snakemake script of rule validate: check the bench tests, write tests/, report.json, pages.jsonl."""
 
 import logging
+import shutil
+from pathlib import Path
 
 logging.basicConfig(filename=snakemake.log[0], level=logging.INFO, force=True)  # noqa: F821
 
@@ -15,4 +17,7 @@ try:
         pages_path=snakemake.output.pages,  # noqa: F821
     )
 except ValidationFailed as exc:
-    raise SystemExit(f"validate: {exc}\nfull report in {snakemake.log[0]}") from None  # noqa: F821
+    # Snakemake deletes the outputs of a failed job: keep the report next to the log.
+    kept = Path(snakemake.log[0]).with_suffix(".report.json")  # noqa: F821
+    shutil.copyfile(snakemake.output.report, kept)  # noqa: F821
+    raise SystemExit(f"validate: {exc}\nfull report: {kept} (and {snakemake.log[0]})") from None  # noqa: F821
