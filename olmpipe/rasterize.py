@@ -32,7 +32,7 @@ logger = logging.getLogger(__name__)
 
 OnError = Literal["error", "skip"]
 MANIFEST_NAME = "manifest.json"
-# zlib level of the PNGs: on the bundled sample at 1288 px, level 1 makes rasterization 1.6-2.8x
+# zlib level of the PNGs: on the bundled sample at 1288 px, level 1 makes rasterization 1.4-2.8x
 # faster than PIL's default 6 for files 6% larger (benchmarks/rasterize.py).
 PNG_COMPRESS_LEVEL = 1
 

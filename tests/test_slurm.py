@@ -320,8 +320,8 @@ def test_gpu_rules_get_gpus_memory_and_time_from_slurm(cluster: LocalSlurmCluste
 # ----------------------------------------------------------------------- the embedded workflow
 
 # The embedded default on 3 small PDFs: tiny model, 48 px pages, no KaTeX, a few tiny GRPO steps
-# (one CPU thread, so the SLURM and the local run compute the same numbers). Seed 1 is the
-# preemption test's run: more steps, a checkpoint after each.
+# (one CPU thread, so the SLURM and the local run compute the same numbers). Seeds 1 and 2 are the
+# preemption test's runs: more steps, a checkpoint after each.
 WORKFLOW_CONFIG = """\
 bench:
   dir: bench
@@ -330,10 +330,12 @@ rasterize:
 validate:
   check_math: false
 train:
-  seeds: [0, 1]
+  seeds: [0, 1, 2]
   max_pages: 2
   seed_overrides:
     - seed: 1
+      grpo: {max_steps: 8}
+    - seed: 2
       grpo: {max_steps: 8}
   wandb:
     mode: disabled
@@ -452,56 +454,79 @@ def wait_for(predicate, timeout: float, what: str, proc: subprocess.Popen | None
     raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
 
 
+def assert_resumed(workdir: Path, seed: int, steps: int = 8) -> None:
+    """The seed's final run resumed from a checkpoint and logged every step exactly once."""
+    run_dir = workdir / "results" / "train" / f"seed{seed}"
+    log = (workdir / "logs" / "train_seed" / f"seed{seed}.log").read_text()
+    assert "resuming from" in log, log[-3000:]
+    resumed_step = int(log.split("resuming from", 1)[1].split("(step ", 1)[1].split(")", 1)[0])
+    assert 1 <= resumed_step < steps
+    logged = [json.loads(line)["step"] for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line]
+    assert logged == list(range(1, steps + 1)), logged  # continued, not restarted or duplicated
+    assert json.loads((run_dir / "model" / "olmpipe_train.json").read_text())["steps"] == steps
+
+
 @slurm
 def test_preempted_training_resumes_from_its_checkpoint(cluster: LocalSlurmCluster, slurm_workflow) -> None:
-    """Requeue the running training job (what PreemptMode=REQUEUE does): SIGTERM, checkpoint, rerun, resume."""
-    workdir, _, _ = slurm_workflow  # upstream stages are done: only train_seed for seed 1 runs
-    run_dir = workdir / "results" / "train" / "seed1"
+    """Two training jobs interrupted mid-run, the two ways SLURM stops a job, both resumed:
+
+    - seed 1 is requeued (``scontrol requeue``, what ``PreemptMode=REQUEUE`` does): SIGTERM, the
+      trainer checkpoints, and SLURM runs the same job id again (profile ``slurm-requeue``);
+    - seed 2 gets SIGTERM (``scancel --signal=TERM``, what ``--signal``/walltime does): the trainer
+      checkpoints and exits 75, the job fails, Snakemake deletes its declared outputs and submits it
+      again (profile ``retries: 1``); the checkpoints, outside the outputs, survive.
+    """
+    workdir, _, _ = slurm_workflow  # upstream stages are done: only the two train_seed jobs run
     # mtime only: code edited since the first run must not rerun the upstream stages here
     cmd, env = snakemake_command("-s", str(REPO / "Snakefile"), "results/train/seed1/model",
-                                 "--rerun-triggers", "mtime", timeout=480)
+                                 "results/train/seed2/model", "--rerun-triggers", "mtime", timeout=540)
     proc = subprocess.Popen(cmd, cwd=workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        def running_train_job():
+        def running_job(seed: int):
             jobs = [j for j in jobs_for(cluster, workdir)
-                    if j["Comment"] == "rule_train_seed_wildcards_1" and j["JobState"] == "RUNNING"]
+                    if j["Comment"] == f"rule_train_seed_wildcards_{seed}" and j["JobState"] == "RUNNING"]
             return jobs[0]["JobId"] if jobs else None
 
-        job_id = wait_for(running_train_job, 300, "the training job to run", proc)
-        wait_for(lambda: (run_dir / "checkpoint-1" / "trainer_state.json").exists(), 300,
-                 "the first checkpoint", proc)
-        subprocess.run(["scontrol", "requeue", job_id], check=True, capture_output=True, text=True)
+        def checkpointed(seed: int) -> bool:
+            return (workdir / "results" / "train" / f"seed{seed}" / "checkpoint-1" / "trainer_state.json").exists()
+
+        requeued = wait_for(lambda: running_job(1), 300, "seed 1's training job to run", proc)
+        wait_for(lambda: checkpointed(1), 300, "seed 1's first checkpoint", proc)
+        subprocess.run(["scontrol", "requeue", requeued], check=True, capture_output=True, text=True)
+        terminated = wait_for(lambda: running_job(2), 300, "seed 2's training job to run", proc)
+        wait_for(lambda: checkpointed(2), 300, "seed 2's first checkpoint", proc)
+        subprocess.run(["scancel", "--signal=TERM", terminated], check=True, capture_output=True, text=True)
 
         # SLURM holds a requeued job back ~2 minutes (begin time); release it as soon as it is pending
-        def released():
-            job = cluster.show_job(job_id)
+        def released() -> bool:
+            job = cluster.show_job(requeued)
             if job["JobState"] == "PENDING":
-                subprocess.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"], check=True,
+                subprocess.run(["scontrol", "update", f"JobId={requeued}", "StartTime=now"], check=True,
                                capture_output=True)
                 return True
             return job["JobState"] in ("RUNNING", "COMPLETED")
 
         wait_for(released, 120, "the requeued job to be pending", proc)
-        out, err = proc.communicate(timeout=480)
+        out, err = proc.communicate(timeout=540)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.communicate()
     assert proc.returncode == 0, f"{out[-3000:]}\n{err[-6000:]}\n{slurm_logs(workdir)}"
+    submitted = set(submitted_jobs(subprocess.CompletedProcess(cmd, 0, out, err)).values())
+    records = records_for(cluster, workdir)
 
-    job = cluster.show_job(job_id)
+    # seed 1: one SLURM job id, run twice (completion records: requeued, then completed)
+    job = cluster.show_job(requeued)
     assert job["Restarts"] == "1" and job["JobState"] == "COMPLETED"
-    # one Snakemake job, one SLURM job id, run twice (SLURM's completion records: requeued, completed)
-    assert set(submitted_jobs(subprocess.CompletedProcess(cmd, 0, out, err)).values()) == {job_id}
-    states = [r["JobState"] for r in records_for(cluster, workdir) if r["JobId"] == job_id]
-    assert states[-1] == "COMPLETED" and len(states) == 2, states
+    assert [r["JobState"] for r in records if r["JobId"] == requeued][-1] == "COMPLETED"
+    assert len([r for r in records if r["JobId"] == requeued]) == 2
+    # seed 2: the SIGTERMed job failed (exit 75) and Snakemake's retry is a second SLURM job
+    assert cluster.show_job(terminated)["JobState"] == "FAILED"
+    retried = [j for j in jobs_for(cluster, workdir)
+               if j["Comment"] == "rule_train_seed_wildcards_2" and j["JobId"] != terminated]
+    assert len(retried) == 1 and retried[0]["JobState"] == "COMPLETED"
+    assert submitted == {requeued, terminated, retried[0]["JobId"]}
 
-    # the rerun continued from a checkpoint written before or at the SIGTERM, up to the last step
-    log = (workdir / "logs" / "train_seed" / "seed1.log").read_text()
-    assert "resuming from" in log, log[-3000:]
-    resumed_step = int(log.split("resuming from", 1)[1].split("(step ", 1)[1].split(")", 1)[0])
-    assert 1 <= resumed_step < 8
-
-    steps = [json.loads(line)["step"] for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
-    assert steps == list(range(1, 9)), steps  # continued, not restarted or duplicated
-    assert json.loads((run_dir / "model" / "olmpipe_train.json").read_text())["steps"] == 8
+    assert_resumed(workdir, 1)
+    assert_resumed(workdir, 2)

@@ -11,13 +11,13 @@ from olmpipe.config import validate_config
 from olmpipe.workflow import (
     RASTERIZE_CODE,
     VALIDATE_CODE,
+    bench_test_files,
     benches,
     code_version,
     discover_pdfs,
     model_dir,
     page_dirs,
     pdf_path_for,
-    bench_test_files,
 )
 
 

@@ -253,7 +253,15 @@ class BrowserPipe:
             if end >= 0:
                 raw = bytes(self._buffer[:end])
                 del self._buffer[: end + 1]
-                return json.loads(raw)
+                try:  # lone surrogates may come back as their (invalid) UTF-8 byte sequences
+                    text = raw.decode("utf-8", "surrogatepass")
+                except UnicodeDecodeError:
+                    text = raw.decode("utf-8", "replace")
+                try:
+                    return json.loads(text)
+                except ValueError as exc:
+                    self.kill()
+                    raise BrowserCrashed(f"{method}: unreadable message from the browser ({exc})") from exc
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 self.kill()

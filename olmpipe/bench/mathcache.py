@@ -17,7 +17,10 @@ its newest ``max_renders`` / ``max_verdicts`` rows (older rows are pruned now an
 training run does not grow the file without bound (about 1 kB per render, 0.1 kB per verdict).
 
 The folder is ``$OLMPIPE_CACHE_DIR`` when set, else the user's cache folder
-(``platformdirs.user_cache_dir("olmpipe")``); the file is ``<folder>/math/katex-<version>.sqlite3``.
+(``platformdirs.user_cache_dir("olmpipe")``); the file is
+``<folder>/math/katex-<KaTeX version>-v<render format>.sqlite3``. sqlite's WAL mode needs a local
+file system: on a cluster whose home folders are on NFS, point ``OLMPIPE_CACHE_DIR`` at node-local
+storage (processes of one node then share it).
 """
 
 from __future__ import annotations

@@ -19,6 +19,16 @@ requested in one browser round trip, and the page's equations are tried most-sim
 Nothing raises on bad text: a ``deadline`` (a ``time.monotonic()`` value) bounds the whole check,
 and running past it gives the verdict ``(False, "timeout")``.
 
+Reasons: ``""`` on a pass; the reference's ``"No match found for <math> anywhere in content"``;
+``"timeout"``; ``"page text is <type>, not str"``.
+
+Where the verdict can differ from the reference, by design, only on pathological input: an
+equation whose render alone takes longer than the renderer's ``render_timeout`` counts as one
+KaTeX rejects; one with more than ``katex.MAX_SPANS`` rendered symbols gets only the MathML check
+(the reference's layout search would run for hours); a browser that crashes is restarted (the
+reference's test raises, i.e. fails); the layout search has no recursion limit (the reference's
+raises for test equations of about a thousand symbols).
+
 Example::
 
     from olmpipe.bench.katex import KatexRenderer
@@ -28,15 +38,12 @@ Example::
 
 from __future__ import annotations
 
-import logging
 import time
 
 from rapidfuzz import fuzz
 
 from olmpipe.bench.katex import KatexRenderer, RenderResult, default_renderer
 from olmpipe.bench.mathcompare import CompareTimeout, equations_match
-
-log = logging.getLogger(__name__)
 
 TIMEOUT_REASON = "timeout"
 

@@ -1,1 +1,2 @@
-"""Helpers for testing olmpipe against real infrastructure (a throw-away local SLURM cluster)."""
+"""Helpers for olmpipe's tests that are worth reusing: hand-made scored runs (``runs``) and a
+throw-away local SLURM cluster (``slurm``)."""
