@@ -67,7 +67,7 @@ def completions_for(pdf: str, page: int, n: int, rng: random.Random) -> list[str
     return [texts[i % len(texts)] for i in range(n)]
 
 
-def reward_step(keys, pages, generations: int, processes: int, rng: random.Random) -> dict:
+def reward_step(keys, pages, generations: int, processes: int, rng: random.Random, rounds: int) -> dict:
     from olmpipe.config import load_config
     from olmpipe.rewards import build_rewards
     from olmpipe.tinymodel import TinySpec, build_tokenizer
@@ -89,7 +89,7 @@ def reward_step(keys, pages, generations: int, processes: int, rng: random.Rando
     times = []
     metrics: dict[str, float] = {}
     try:
-        for _ in range(2):  # the first call starts the workers (and their browsers)
+        for _ in range(1 + rounds):  # the first call starts the workers (and their browsers)
             start = time.perf_counter()
             for func in rewards.funcs:
                 func(prompts=[None] * len(completions), completions=completions, completion_ids=ids,
@@ -98,7 +98,7 @@ def reward_step(keys, pages, generations: int, processes: int, rng: random.Rando
     finally:
         rewards.close()
     math_tests = sum(t["type"] == "math" for k in keys for t in pages[k]) * generations
-    return {"processes": processes, "completions": len(completions), "cold_s": times[0], "warm_s": times[1],
+    return {"processes": processes, "completions": len(completions), "cold_s": times[0], "warm_s": min(times[1:]),
             "timeouts": metrics.get("bench/timeouts", 0.0), "math_tests": math_tests}
 
 
@@ -141,6 +141,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--processes", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--steps", type=int, default=2, help="tiny-model steps timed (after one warm-up step)")
     parser.add_argument("--max-completion-length", type=int, default=32)
+    parser.add_argument("--rounds", type=int, default=3, help="warm reward calls per setting (best kept)")
+    parser.add_argument("--tiny-step-s", type=float, default=None,
+                        help="use this tiny-model step time instead of measuring it")
     parser.add_argument("--json", help="also write the results here")
     args = parser.parse_args(argv)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -152,8 +155,8 @@ def main(argv: list[str] | None = None) -> int:
     keys = sorted(pages)
     rng.shuffle(keys)
     keys = keys[: args.pages]
-    rows = [reward_step(keys, pages, args.generations, p, rng) for p in args.processes]
-    step = tiny_step(args.pages, args.generations, args.steps, args.max_completion_length)
+    rows = [reward_step(keys, pages, args.generations, p, rng, args.rounds) for p in args.processes]
+    step = args.tiny_step_s or tiny_step(args.pages, args.generations, args.steps, args.max_completion_length)
     base = rows[0]["warm_s"]
     print(f"GRPO step: {args.pages} pages x {args.generations} completions; tiny-model step without reward "
           f"{step:.2f} s (max_completion_length {args.max_completion_length}, 1 thread)")

@@ -103,3 +103,48 @@ def test_fast_path_defers_outside_its_subset():
         assert fasthtml.parse(text) is None, text
     root = fasthtml.parse("<p>R&D</p><table><tr><td> a &amp; b </td></tr></table>")
     assert root is not None and root.find("td").get_text() == " a & b "
+
+
+# ------------------------------------------------------------- one table at a time (split_tables)
+FILLER = st.sampled_from(["Intro\n\n", "R&D <b>x</b> ", "", "<p>open ", "</p>", "a < b ", "&copy; ", "<!-- c -->",
+                          "| a | b |\n|---|---|\n| 1 | 2 |\n", "<TABLE>", "</table>", "<span>", "</span>", "x&amp;y"])
+VARIANT = st.sampled_from([("<table>", "</table>"), ("<TABLE border=1>", "</TABLE >"), ("<table>", "</table>")])
+
+
+@st.composite
+def documents(draw):
+    """Several tables, some nested in a cell, between text and stray markup."""
+    parts = []
+    for _ in range(draw(st.integers(1, 4))):
+        parts.append(draw(FILLER))
+        table = draw(wellformed()).replace("Intro\n\n", "")
+        open_tag, close_tag = draw(VARIANT)
+        table = table.replace("<table>", open_tag).replace("</table>", close_tag)
+        if draw(st.booleans()) and "<td>" in table:
+            inner = draw(wellformed()).replace("Intro\n\n", "")
+            table = table.replace("<td>", "<td>" + inner, 1)
+        parts.append(table)
+    parts.append(draw(FILLER))
+    return "".join(parts)
+
+
+@SETTINGS
+@given(documents())
+def test_table_at_a_time_equals_the_whole_tree_and_beautifulsoup(text):
+    from olmpipe.bench.tables import _fast_html_tables, _tables_of
+
+    whole = fasthtml.parse(text)
+    split = _fast_html_tables(text)
+    assert (split is None) == (whole is None)
+    if whole is not None:
+        key = [(t.rows, t.header_rows, t.header_cols, t.col_headers, t.row_headers) for t in _tables_of(whole)]
+        assert key == [(t.rows, t.header_rows, t.header_cols, t.col_headers, t.row_headers) for t in split]
+    assert tables(text, fast=True) == tables(text, fast=False)
+
+
+def test_split_tables_pairs_table_tags():
+    outline, markups = fasthtml.split_tables("a<table><tr><td><TABLE></table></td></tr></table >b<table></table>")
+    assert outline == f"a{fasthtml.PLACEHOLDER}b{fasthtml.PLACEHOLDER}"
+    assert markups == ["<table><tr><td><TABLE></table></td></tr></table >", "<table></table>"]
+    for text in ["<table>", "</table><table>", "<table></table x>", "<table></table></table>"]:
+        assert fasthtml.split_tables(text) is None, text

@@ -183,6 +183,16 @@ def test_cluster_config_text(tmp_path: Path) -> None:
     assert "Gres" not in no_gpu
 
 
+def test_cluster_is_unavailable_without_root_or_binaries(monkeypatch: pytest.MonkeyPatch) -> None:
+    import olmpipe.testing.slurm as local_slurm
+
+    monkeypatch.setattr(local_slurm.os, "geteuid", lambda: 1000)
+    assert "root" in unavailable_reason()
+    monkeypatch.setattr(local_slurm.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(local_slurm.shutil, "which", lambda name: None if name == "slurmd" else f"/usr/bin/{name}")
+    assert "slurmd" in unavailable_reason() and "apt-get install" in unavailable_reason()
+
+
 def test_parse_key_values_keeps_spaces_and_slashes() -> None:
     rec = parse_key_values("JobId=7 Name=a b CPUs/Task=3 AllocNode:Sid=h:1 Comment=rule_x  StdIn=/dev/null ")
     assert rec == {"JobId": "7", "Name": "a b", "CPUs/Task": "3", "AllocNode:Sid": "h:1", "Comment": "rule_x",

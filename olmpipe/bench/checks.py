@@ -7,7 +7,8 @@ verdict (olmocr 0.4.27 ``tests.py``; ``format``/``footnote`` from olmocr main). 
 
 Speed-ups that cannot change a verdict: an exact substring hit short-cuts ``partial_ratio`` (it
 would return 100); ``order`` tests with ``max_diffs == 0`` use ``str.find``/``rfind`` (fuzzysearch
-returns exactly the exact occurrences then); alphanumeric counts stop as soon as the answer is known.
+returns exactly the exact occurrences then), fuzzy ones search only the windows around n-gram hits
+(:mod:`olmpipe.bench.nearmatch`); alphanumeric counts stop as soon as the answer is known.
 """
 
 from __future__ import annotations
@@ -15,9 +16,9 @@ from __future__ import annotations
 import re
 from itertools import islice
 
-from fuzzysearch import find_near_matches
 from rapidfuzz import fuzz
 
+from olmpipe.bench.nearmatch import first_start, last_start
 from olmpipe.bench.normalize import normalize_text
 from olmpipe.bench.repeat import ngram_repeats
 
@@ -64,30 +65,6 @@ def check_presence(test, page) -> tuple[bool, str]:
                    f"but best match ratio was {best:.3f}")
 
 
-def _starts(pattern: str, content: str, max_diffs: int) -> tuple[int, int] | None:
-    """(first, last) start of fuzzysearch's near matches of ``pattern``, or None when there is none."""
-    if max_diffs == 0:
-        first = content.find(pattern)
-        return None if first < 0 else (first, content.rfind(pattern))
-    if not _may_match(pattern, content, max_diffs):
-        return None
-    matches = find_near_matches(pattern, content, max_l_dist=max_diffs)
-    if not matches:
-        return None
-    starts = [m.start for m in matches]
-    return min(starts), max(starts)
-
-
-def _may_match(pattern: str, content: str, max_diffs: int) -> bool:
-    """False when fuzzysearch provably finds nothing: for patterns of >= 3 (max_diffs + 1)
-    characters it only reports matches grown from an exact occurrence of one of its n-grams of
-    ``len // (max_diffs + 1)`` characters, so if none occurs there is no match."""
-    n = len(pattern) // (max_diffs + 1)
-    if n < 3:
-        return True
-    return any(pattern[i:i + n] in content for i in range(0, len(pattern) - n + 1, n))
-
-
 def _order_shortcut(before: str, after: str, content: str) -> bool:
     """True when the verdict is certainly "pass" without a fuzzy search.
 
@@ -102,19 +79,18 @@ def _order_shortcut(before: str, after: str, content: str) -> bool:
 
 
 def check_order(test, page) -> tuple[bool, str]:
-    """``order``: some near match of ``before`` starts before some near match of ``after``."""
+    """``order``: the first near match of ``before`` starts before the last near match of ``after``
+    (the reference's "some before start < some after start"); see :mod:`olmpipe.bench.nearmatch`."""
     content = page.normalized
     if test.max_diffs and _order_shortcut(test._before, test._after, content):
         return True, ""
-    if test.max_diffs and not _may_match(test._after, content, test.max_diffs):
-        return False, f"'after' text '{test._after[:40]}...' not found with max_l_dist {test.max_diffs}"
-    before = _starts(test._before, content, test.max_diffs)
+    before = first_start(test._before, content, test.max_diffs)
     if before is None:
         return False, f"'before' text '{test._before[:40]}...' not found with max_l_dist {test.max_diffs}"
-    after = _starts(test._after, content, test.max_diffs)
+    after = last_start(test._after, content, test.max_diffs)
     if after is None:
         return False, f"'after' text '{test._after[:40]}...' not found with max_l_dist {test.max_diffs}"
-    if before[0] < after[1]:
+    if before < after:
         return True, ""
     return False, f"Could not find a location where '{test._before[:40]}...' appears before '{test._after[:40]}...'."
 

@@ -124,8 +124,11 @@ def _text(data: str, in_tables: bool) -> str | None:
     return "\n" if "\n" in data else " "
 
 
-def parse(text: str) -> Node | None:
-    """The document's tree (a root :class:`Node`), or None when BeautifulSoup must decide."""
+def parse(text: str, *, complete: bool = False) -> Node | None:
+    """The document's tree (a root :class:`Node`), or None when BeautifulSoup must decide.
+
+    ``complete=True`` also returns None when an element is left open at the end.
+    """
     start_of_tables = text.lower().find("<table")
     if start_of_tables < 0:
         start_of_tables = len(text)
@@ -178,4 +181,46 @@ def parse(text: str) -> Node | None:
         pos = data_start = m.end()
     if n > data_start and not add_text(data_start, n):
         return None
+    if complete and len(stack) > 1:
+        return None
     return root
+
+
+_TABLE_TAG = re.compile(r"<(/?)table(?![a-zA-Z0-9])", re.IGNORECASE)
+PLACEHOLDER = "<table></table>"
+
+
+def split_tables(text: str) -> tuple[str, list[str]] | None:
+    """``(outline, tables)``: the markup of each top-level ``<table>...</table>`` and the document
+    with each replaced by :data:`PLACEHOLDER`; None when the table tags do not pair up.
+
+    The tree of the document is in the fast subset iff the outline's and every table's
+    (``parse(table, complete=True)``) are, and each table's subtree is then the tree of its
+    markup alone: a balanced, in-subset table closes only its own elements, text inside it is
+    after the document's first ``<table`` either way, and the placeholder keeps the outline's
+    element stack and first-table position. So the tables of a page can be parsed (and
+    remembered) one table markup at a time, and near-identical pages share that work.
+    """
+    tables: list[str] = []
+    outline: list[str] = []
+    depth, start, done = 0, 0, 0
+    for m in _TABLE_TAG.finditer(text):
+        if not m.group(1):
+            if depth == 0:
+                start = m.start()
+            depth += 1
+            continue
+        if depth == 0:
+            return None
+        depth -= 1
+        if depth == 0:
+            end = _END.match(text, m.start())
+            if end is None:
+                return None
+            outline += [text[done:start], PLACEHOLDER]
+            tables.append(text[start:end.end()])
+            done = end.end()
+    if depth:
+        return None
+    outline.append(text[done:])
+    return "".join(outline), tables

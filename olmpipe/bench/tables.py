@@ -20,7 +20,7 @@ columns: :data:`MAX_COLSPAN`, like browsers) so that hostile spans cannot exhaus
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, lru_cache
 
 from bs4 import BeautifulSoup
 from rapidfuzz import fuzz, process
@@ -29,6 +29,7 @@ from olmpipe.bench import fasthtml
 from olmpipe.bench.normalize import normalize_text
 
 MAX_COLSPAN = 1000  # browsers clamp colspan to 1000 as well
+TABLE_CACHE_SIZE = 512  # parsed table markups remembered per process (GRPO groups repeat them)
 
 
 @dataclass
@@ -89,8 +90,10 @@ def _markdown_rows(lines: list[str]) -> list[list[str]]:
     return rows
 
 
-def _markdown_table(lines: list[str]) -> TableData | None:
-    raw_rows = _markdown_rows(lines)
+@lru_cache(maxsize=TABLE_CACHE_SIZE)
+def _markdown_table(block: str) -> TableData | None:
+    """The table of a block of consecutive ``|`` lines (remembered per block, like HTML tables)."""
+    raw_rows = _markdown_rows(block.split("\n"))
     if not raw_rows:
         return None
     rows, n_cols = _as_array(raw_rows)
@@ -110,10 +113,10 @@ def parse_markdown_tables(text: str) -> list[TableData]:
         if "|" in line:
             block.append(line)
             continue
-        if len(block) >= 2 and (table := _markdown_table(block)) is not None:
+        if len(block) >= 2 and (table := _markdown_table("\n".join(block))) is not None:
             tables.append(table)
         block = []
-    if len(block) >= 2 and (table := _markdown_table(block)) is not None:
+    if len(block) >= 2 and (table := _markdown_table("\n".join(block))) is not None:
         tables.append(table)
     return tables
 
@@ -213,18 +216,51 @@ def _html_table(table) -> TableData | None:
                      col_headers=col_headers, row_headers=row_headers)
 
 
+def _tables_of(root) -> list[TableData]:
+    if root.find("tr") is None:  # tables without rows yield nothing; skips O(n^2) nested-table scans
+        return []
+    return [t for t in map(_html_table, root.find_all("table")) if t is not None]
+
+
+@lru_cache(maxsize=TABLE_CACHE_SIZE)
+def _markup_tables(markup: str) -> tuple[TableData, ...] | None:
+    """The tables of one top-level table's markup, or None outside the fast subset.
+
+    Remembered per markup (a pure function of it; the :class:`TableData` are only read), so the
+    completions of a GRPO group that repeat a table parse it once.
+    """
+    root = fasthtml.parse(markup, complete=True)
+    return None if root is None else tuple(_tables_of(root))
+
+
+def _fast_html_tables(text: str) -> list[TableData] | None:
+    """Tables of the fast subset, one top-level table at a time (see :func:`fasthtml.split_tables`);
+    None when BeautifulSoup must decide."""
+    split = fasthtml.split_tables(text)
+    if split is None:
+        root = fasthtml.parse(text)
+        return None if root is None else _tables_of(root)
+    outline, markups = split
+    if fasthtml.parse(outline) is None:
+        return None
+    out: list[TableData] = []
+    for markup in markups:
+        found = _markup_tables(markup)
+        if found is None:
+            return None
+        out.extend(found)
+    return out
+
+
 def parse_html_tables(text: str, *, fast: bool = True) -> list[TableData]:
     """Every ``<table>`` of ``text`` (nested ones too, each on its own), as BeautifulSoup's
     ``html.parser`` tree gives them; simple markup takes the equivalent fast tree of
     :mod:`olmpipe.bench.fasthtml` (``fast=False`` forces BeautifulSoup)."""
     if "<table" not in text.lower():
         return []
-    root = fasthtml.parse(text) if fast else None
-    if root is None:
-        root = BeautifulSoup(text, "html.parser")
-    if root.find("tr") is None:  # tables without rows yield nothing; skips O(n^2) nested-table scans
-        return []
-    return [t for t in map(_html_table, root.find_all("table")) if t is not None]
+    if fast and (found := _fast_html_tables(text)) is not None:
+        return found
+    return _tables_of(BeautifulSoup(text, "html.parser"))
 
 
 # --------------------------------------------------------------------------------------------- test

@@ -39,7 +39,8 @@ rule train_seed:
             config["resources"]["train"]["launcher"],
             config["resources"]["train"]["vllm_server_gpus"],
         ),
-        # Editing the trainer, rewards, bench engine or prompt code retrains every seed.
+        # Editing the trainer, rewards or prompt code retrains every seed (not the bench engine:
+        # see olmpipe/train/workflow.py, TRAIN_CODE).
         code=code_version(*TRAIN_CODE),
     log:
         "logs/train_seed/seed{seed}.log",
