@@ -27,12 +27,6 @@ include: "workflow/rules/evaluate.smk"
 include: "workflow/rules/report.smk"
 
 
-rule all:
-    default_target: True
-    input:
-        rules.validate.output,
-
-
 rule baseline:
     input:
         rules.baseline_generate.output,
@@ -57,3 +51,10 @@ rule evaluate:
 rule report:
     input:
         rules.report_html.output,
+
+
+# The default target: the whole chain, as `train`.
+rule all:
+    default_target: True
+    input:
+        rules.train.input,
