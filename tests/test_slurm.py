@@ -406,12 +406,11 @@ def slurm_workflow(cluster: LocalSlurmCluster, tmp_path_factory: pytest.TempPath
     return workdir, proc, local
 
 
-def submitted_jobs(proc: subprocess.CompletedProcess[str]) -> dict[str, str]:
-    """Snakemake job id -> SLURM job id, from the plugin's "has been submitted" log lines."""
+def submitted_jobs(proc: subprocess.CompletedProcess[str]) -> list[str]:
+    """The SLURM job ids of the plugin's "Job <id> has been submitted with SLURM jobid <id>" lines."""
     import re
 
-    text = proc.stdout + proc.stderr
-    return dict(re.findall(r"Job (\S+) has been submitted with SLURM jobid (\d+)", text))
+    return re.findall(r"Job \S+ has been submitted with SLURM jobid (\d+)", proc.stdout + proc.stderr)
 
 
 @slurm
@@ -420,7 +419,7 @@ def test_embedded_workflow_runs_every_job_through_sbatch(cluster: LocalSlurmClus
     submitted = submitted_jobs(proc)
     records = {r["JobId"]: r for r in records_for(cluster, workdir)}
     # every submission is a finished SLURM job, and every SLURM job of the run was a submission
-    assert set(submitted.values()) == set(records)
+    assert sorted(submitted) == sorted(records)
     assert all(r["JobState"] == "COMPLETED" for r in records.values())
     comments = sorted(j["Comment"] for j in jobs_for(cluster, workdir))
     # build_model, validate, train_seed, and the three rasterize_pdf jobs bundled into one SLURM job
@@ -523,7 +522,7 @@ def test_preempted_training_resumes_from_its_checkpoint(cluster: LocalSlurmClust
             proc.kill()
             proc.communicate()
     assert proc.returncode == 0, f"{out[-3000:]}\n{err[-6000:]}\n{slurm_logs(workdir)}"
-    submitted = set(submitted_jobs(subprocess.CompletedProcess(cmd, 0, out, err)).values())
+    submitted = submitted_jobs(subprocess.CompletedProcess(cmd, 0, out, err))
     records = records_for(cluster, workdir)
 
     # seed 1: one SLURM job id, run twice (completion records: requeued, then completed)
@@ -536,7 +535,7 @@ def test_preempted_training_resumes_from_its_checkpoint(cluster: LocalSlurmClust
     retried = [j for j in jobs_for(cluster, workdir)
                if j["Comment"] == "rule_train_seed_wildcards_2" and j["JobId"] != terminated]
     assert len(retried) == 1 and retried[0]["JobState"] == "COMPLETED"
-    assert submitted == {requeued, terminated, retried[0]["JobId"]}
+    assert sorted(submitted) == sorted([requeued, terminated, retried[0]["JobId"]])
 
     assert_resumed(workdir, 1)
     assert_resumed(workdir, 2)

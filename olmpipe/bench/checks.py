@@ -18,7 +18,7 @@ from itertools import islice
 
 from rapidfuzz import fuzz
 
-from olmpipe.bench.nearmatch import first_start, last_start
+from olmpipe.bench.nearmatch import order_failure
 from olmpipe.bench.normalize import normalize_text
 from olmpipe.bench.repeat import ngram_repeats
 
@@ -84,14 +84,13 @@ def check_order(test, page) -> tuple[bool, str]:
     content = page.normalized
     if test.max_diffs and _order_shortcut(test._before, test._after, content):
         return True, ""
-    before = first_start(test._before, content, test.max_diffs)
-    if before is None:
-        return False, f"'before' text '{test._before[:40]}...' not found with max_l_dist {test.max_diffs}"
-    after = last_start(test._after, content, test.max_diffs)
-    if after is None:
-        return False, f"'after' text '{test._after[:40]}...' not found with max_l_dist {test.max_diffs}"
-    if before < after:
+    failure = order_failure(test._before, test._after, content, test.max_diffs)
+    if failure is None:
         return True, ""
+    if failure == "before":
+        return False, f"'before' text '{test._before[:40]}...' not found with max_l_dist {test.max_diffs}"
+    if failure == "after":
+        return False, f"'after' text '{test._after[:40]}...' not found with max_l_dist {test.max_diffs}"
     return False, f"Could not find a location where '{test._before[:40]}...' appears before '{test._after[:40]}...'."
 
 

@@ -9,7 +9,8 @@ markup leaves that safe subset:
 - every ``<`` followed by a letter, ``/``, ``!`` or ``?`` must start a strict tag: a name from
   :data:`TAGS`, attributes from :data:`ATTRIBUTES` with quoted values (or unquoted ones followed by
   whitespace or ``>``), no ``&`` or angle brackets in values; no comments or declarations;
-- an end tag must close the innermost open element (no implied or stray closes);
+- an end tag must close the innermost open element (no implied or stray closes); elements nest at
+  most :data:`MAX_DEPTH` deep (the tree walks recurse);
 - from the first ``<table`` on, ``&`` only in ``&amp;``, ``&lt;``, ``&gt;``, ``&quot;``, ``&nbsp;``
   (other character references would need BeautifulSoup's rules).
 
@@ -29,6 +30,7 @@ TAGS = frozenset({"table", "thead", "tbody", "tfoot", "tr", "th", "td", "caption
 VOID = frozenset({"br"})
 ATTRIBUTES = frozenset({"rowspan", "colspan", "align", "valign", "style", "width", "height", "scope",
                         "id", "border", "cellpadding", "cellspacing", "bgcolor", "nowrap"})
+MAX_DEPTH = 100  # deeper element nesting than this is left to BeautifulSoup
 _ASCII_SPACES = "\x20\x0a\x09\x0c\x0d"
 
 _START = re.compile(
@@ -43,34 +45,49 @@ _END = re.compile(r"</([a-zA-Z][a-zA-Z0-9]*)\s*>")
 class Node:
     """An element: ``name``, ``attrs`` and ``contents`` (child nodes and ``str`` text)."""
 
-    __slots__ = ("attrs", "contents", "name", "parent")
+    __slots__ = ("attrs", "contents", "has_elements", "name", "parent")
 
     def __init__(self, name: str, attrs: dict[str, str], parent: Node | None) -> None:
         self.name, self.attrs, self.contents, self.parent = name, attrs, [], parent
+        self.has_elements = False  # whether an element was ever added below (walks skip text-only nodes)
 
-    def _descendants(self):
-        stack = list(reversed(self.contents))
-        while stack:
-            node = stack.pop()
-            yield node
-            if isinstance(node, Node):
-                stack.extend(reversed(node.contents))
+    def _collect(self, names, out: list, first: bool) -> bool:
+        """Append descendant elements named in ``names`` to ``out`` in document order; with
+        ``first``, stop at the first one (returns True once found)."""
+        for node in self.contents:
+            if node.__class__ is Node:
+                if node.name in names:
+                    out.append(node)
+                    if first:
+                        return True
+                if node.has_elements and node._collect(names, out, first) and first:
+                    return True
+        return False
 
     def find_all(self, names) -> list[Node]:
-        names = {names} if isinstance(names, str) else set(names)
-        return [n for n in self._descendants() if isinstance(n, Node) and n.name in names]
+        out: list[Node] = []
+        self._collect({names} if isinstance(names, str) else set(names), out, False)
+        return out
 
     def find(self, name: str) -> Node | None:
-        for n in self._descendants():
-            if isinstance(n, Node) and n.name == name:
-                return n
-        return None
+        out: list[Node] = []
+        self._collect({name}, out, True)
+        return out[0] if out else None
 
     def get(self, key: str, default=None):
         return self.attrs.get(key, default)
 
     def get_text(self) -> str:
-        return "".join(n for n in self._descendants() if isinstance(n, str))
+        parts: list[str] = []
+        self._texts(parts)
+        return "".join(parts)
+
+    def _texts(self, out: list[str]) -> None:
+        for node in self.contents:
+            if node.__class__ is Node:
+                node._texts(out)
+            else:
+                out.append(node)
 
     def replace_with(self, text: str) -> None:
         siblings = self.parent.contents
@@ -93,6 +110,8 @@ class Node:
 
 def _attrs(raw: str) -> dict[str, str] | None:
     attrs: dict[str, str] = {}
+    if not raw:
+        return attrs
     for m in _ATTR.finditer(raw):
         name = m.group(1).lower()
         if name not in ATTRIBUTES:
@@ -134,25 +153,26 @@ def parse(text: str, *, complete: bool = False) -> Node | None:
         start_of_tables = len(text)
 
     def add_text(start: int, end: int) -> bool:
-        node = _text(text[start:end], end > start_of_tables)
-        if node is None:
-            return False
-        stack[-1].contents.append(node)
+        data = text[start:end]
+        if "&" in data or not data.strip(_ASCII_SPACES):
+            data = _text(data, end > start_of_tables)
+            if data is None:
+                return False
+        stack[-1].contents.append(data)
         return True
 
     root = Node("[document]", {}, None)
     stack = [root]
     pos, n = 0, len(text)
     data_start = 0
+    find, end_match, start_match = text.find, _END.match, _START.match
     while True:
-        lt = text.find("<", pos)
+        lt = find("<", pos)
         if lt < 0 or lt + 1 >= n:
             break
         nxt = text[lt + 1]
-        if nxt in "!?":
-            return None
         if nxt == "/":
-            m = _END.match(text, lt)
+            m = end_match(text, lt)
             if m is None:
                 return None
             name = m.group(1).lower()
@@ -162,19 +182,26 @@ def parse(text: str, *, complete: bool = False) -> Node | None:
                 return None
             stack.pop()
         elif nxt.isascii() and nxt.isalpha():
-            m = _START.match(text, lt)
+            m = start_match(text, lt)
             if m is None:
                 return None
-            name = m.group(1).lower()
-            attrs = _attrs(m.group(2))
+            raw_name, raw_attrs, self_closing = m.groups()
+            name = raw_name.lower()
+            attrs = _attrs(raw_attrs) if raw_attrs else {}
             if name not in TAGS or attrs is None:
                 return None
             if lt > data_start and not add_text(data_start, lt):
                 return None
-            node = Node(name, attrs, stack[-1])
-            stack[-1].contents.append(node)
-            if name not in VOID and not m.group(3):
+            parent = stack[-1]
+            node = Node(name, attrs, parent)
+            parent.contents.append(node)
+            parent.has_elements = True
+            if name not in VOID and not self_closing:
+                if len(stack) > MAX_DEPTH:  # the tree walks recurse; deep markup goes to BeautifulSoup
+                    return None
                 stack.append(node)
+        elif nxt in "!?":
+            return None
         else:
             pos = lt + 1  # a lone "<" is text
             continue

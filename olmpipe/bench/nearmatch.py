@@ -36,6 +36,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from functools import lru_cache
+from math import inf
 
 from fuzzysearch import find_near_matches
 
@@ -127,3 +128,79 @@ def last_start(pattern: str, text: str, max_diffs: int) -> int | None:
     for starts in _cluster_starts(pattern, text, max_diffs, reverse=True):
         return starts[-1]
     return None
+
+
+class _Side:
+    """The first (``last=False``) or last (``last=True``) start of ``pattern``, narrowed lazily.
+
+    ``lo <= value <= hi`` always holds for the true value (``inf``/``-inf`` stand for "no match",
+    which :func:`order_failure` treats as "never before" / "never after"); :meth:`resolve` runs
+    one cluster's window search and narrows the bounds. Bounds without searching:
+
+    - the value lies in the window of the first (last) cluster not known to be empty;
+    - a cluster holding an exact occurrence has a match, and its first (last) start is at most
+      (at least) the last (first) exact occurrence in it: each group keeps a distance-0 match,
+      which is an exact occurrence.
+    """
+
+    def __init__(self, pattern: str, text: str, max_diffs: int, last: bool) -> None:
+        self.pattern, self.text, self.max_diffs, self.last = pattern, text, max_diffs, last
+        windows = _clusters(pattern, text, max_diffs)
+        self.windows = windows[::-1] if last else windows  # nearest end first
+        self.value: int | None = None  # set once the value is known
+
+    def bounds(self) -> tuple[float, float]:
+        if self.value is not None:
+            return self.value, self.value
+        if not self.windows:
+            return (-inf, -inf) if self.last else (inf, inf)
+        lo, hi = self.windows[0]
+        for w_lo, w_hi in self.windows:  # the nearest cluster known to hold a match
+            if self.last:
+                i = self.text.find(self.pattern, w_lo, w_hi)
+                if i >= 0:
+                    return i, hi - 1
+            else:
+                i = self.text.rfind(self.pattern, w_lo, w_hi)
+                if i >= 0:
+                    return lo, i
+        return (-inf, hi - 1) if self.last else (lo, inf)
+
+    def known(self) -> bool:
+        return self.value is not None or not self.windows
+
+    def resolve(self) -> None:
+        """Search the nearest cluster not known to be empty."""
+        lo, hi = self.windows[0]
+        starts = _window_starts(self.pattern, self.text[lo:hi], self.max_diffs)
+        if starts:
+            self.value = lo + (starts[-1] if self.last else starts[0])
+        else:
+            self.windows.pop(0)
+
+
+def order_failure(before: str, after: str, text: str, max_diffs: int) -> str | None:
+    """None when the first near match of ``before`` starts before the last one of ``after``
+    (the reference ``order`` verdict), else why not: ``"before"`` / ``"after"`` (no near match,
+    checked in that order) or ``"order"``.
+
+    Searches only the clusters whose outcome the bounds of :class:`_Side` leave open.
+    """
+    g_min = min(len(before), len(after)) // (max_diffs + 1)
+    if max_diffs == 0 or g_min < MIN_NGRAM:
+        b, a = first_start(before, text, max_diffs), last_start(after, text, max_diffs)
+        return "before" if b is None else "after" if a is None else None if b < a else "order"
+    first, last = _Side(before, text, max_diffs, last=False), _Side(after, text, max_diffs, last=True)
+    while True:
+        if first.known() and first.value is None:
+            return "before"
+        b_lo, b_hi = first.bounds()
+        a_lo, a_hi = last.bounds()
+        if b_hi < a_lo:
+            return None
+        if b_lo >= a_hi and (first.known() or b_hi < inf) and (last.known() or a_lo > -inf):
+            return "before" if b_lo == inf else "after" if a_hi == -inf else "order"
+        if not first.known() and (b_hi == inf or a_lo > -inf):
+            first.resolve()
+        else:
+            last.resolve()

@@ -205,7 +205,10 @@ class LocalSlurmCluster:
             path = dev / f"nvidia{i}"
             if not path.exists():
                 # character device with the NVIDIA major number; nothing ever opens it
-                _run(["mknod", str(path), "c", "195", str(i)])
+                made = _run(["mknod", str(path), "c", "195", str(i)], check=False)
+                if made.returncode != 0:
+                    raise RuntimeError(f"cannot make fake GPU device {path} (mknod): {made.stderr.strip()}; "
+                                       "use ClusterSpec(gpus=0) where device files cannot be made")
 
     # --------------------------------------------------------------- lifecycle
     def start(self, lock_timeout: float = 600, ready_timeout: float = 60) -> Self:
