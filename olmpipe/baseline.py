@@ -51,6 +51,7 @@ from olmpipe.generate import (
 )
 from olmpipe.generate.base import file_sha256
 from olmpipe.generate.decoding import FAILURE_ERROR, settings_fingerprint
+from olmpipe.jsonl import read_page_index
 from olmpipe.workflow import code_version
 
 logger = logging.getLogger(__name__)
@@ -98,34 +99,8 @@ def load_page_index(path: str | Path, split: str = "eval") -> list[dict[str, Any
 
     Raises :class:`BaselineError` naming the file and line of a malformed entry.
     """
-    path = Path(path)
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except OSError as exc:
-        raise BaselineError(
-            f"{path}: cannot read the page index ({exc.strerror or exc}); run the validate stage"
-        ) from None
-    pages: dict[tuple[str, int], dict[str, Any]] = {}
-    for lineno, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            entry = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise BaselineError(f"{path}:{lineno}: not valid JSON ({exc.msg})") from None
-        if not isinstance(entry, dict):
-            raise BaselineError(f"{path}:{lineno}: expected a JSON object, got {type(entry).__name__}")
-        missing = [k for k in ("pdf", "page", "image", "split") if k not in entry]
-        if missing:
-            raise BaselineError(f"{path}:{lineno}: page entry misses {', '.join(missing)}")
-        if not isinstance(entry["page"], int) or entry["page"] < 1:
-            raise BaselineError(f"{path}:{lineno}: page must be a positive integer, got {entry['page']!r}")
-        if entry["split"] != split:
-            continue
-        key = (str(entry["pdf"]), entry["page"])
-        if key in pages:
-            raise BaselineError(f"{path}:{lineno}: duplicate entry for {key[0]} page {key[1]}")
-        pages[key] = entry
+    records = read_page_index(path, required=("pdf", "page", "image", "split"), error=BaselineError)
+    pages = {(str(r["pdf"]), r["page"]): r for r in records if r["split"] == split}
     return [pages[k] for k in sorted(pages)]
 
 

@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from olmpipe import guards as guards_mod
+from olmpipe.jsonl import iter_jsonl
 from olmpipe.stats import Interval, paired_bootstrap, sign_flip_test, stratified_score
 
 log = logging.getLogger(__name__)
@@ -177,19 +178,7 @@ class Comparison:
 
 
 def _read_jsonl(path: Path) -> Iterable[tuple[int, dict[str, Any]]]:
-    if not path.is_file():
-        raise ComparisonError(f"{path}: file not found")
-    with open(path, encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise ComparisonError(f"{path}:{lineno}: not valid JSON: {exc.msg}") from None
-            if not isinstance(record, dict):
-                raise ComparisonError(f"{path}:{lineno}: expected a JSON object")
-            yield lineno, record
+    return iter_jsonl(path, error=ComparisonError)
 
 
 def load_verdicts(path: str | Path) -> dict[str, TestOutcome]:

@@ -14,7 +14,6 @@ form, metric records) so they can be tested with hand-made numbers.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 from collections.abc import Mapping, Sequence
@@ -23,6 +22,8 @@ from typing import Any
 
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+
+from olmpipe.jsonl import iter_jsonl
 
 log = logging.getLogger(__name__)
 
@@ -45,20 +46,12 @@ def read_reward_curve(path: str | Path, keys: Sequence[str] = REWARD_KEYS) -> li
 
     Lines without such a value (evaluation or end-of-training logs) are skipped.
     """
-    path = Path(path)
     points = []
-    with open(path, encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise PlotError(f"{path}:{lineno}: not valid JSON: {exc.msg}") from None
-            step = next((rec[k] for k in STEP_KEYS if isinstance(rec.get(k), (int, float))), None)
-            value = next((rec[k] for k in keys if isinstance(rec.get(k), (int, float))), None)
-            if step is not None and value is not None and math.isfinite(value):
-                points.append((float(step), float(value)))
+    for _, rec in iter_jsonl(path, error=PlotError):
+        step = next((rec[k] for k in STEP_KEYS if isinstance(rec.get(k), (int, float))), None)
+        value = next((rec[k] for k in keys if isinstance(rec.get(k), (int, float))), None)
+        if step is not None and value is not None and math.isfinite(value):
+            points.append((float(step), float(value)))
     return sorted(points)
 
 

@@ -65,7 +65,7 @@ def test_dataset_columns_and_lazy_images(tmp_path):
 @pytest.mark.parametrize(("line", "message"), [
     ("not json", "not valid JSON"),
     ('["a list"]', "expected a JSON object"),
-    ('{"pdf": "x.pdf"}', "missing field"),
+    ('{"pdf": "x.pdf"}', "page entry misses"),
 ])
 def test_bad_page_index_names_file_and_line(tmp_path, line, message):
     path = tmp_path / "pages.jsonl"

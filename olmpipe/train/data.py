@@ -12,13 +12,14 @@ and ``rewards.bench.jsonl_regex``), are skipped and counted in :class:`DatasetSu
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+from olmpipe.jsonl import read_page_index as _read_page_index
 
 logger = logging.getLogger(__name__)
 
@@ -63,27 +64,7 @@ class DatasetSummary:
 
 def read_page_index(path: str | Path) -> list[dict[str, Any]]:
     """Read ``results/validate/pages.jsonl``; raises :class:`PageIndexError` naming file and line."""
-    path = Path(path)
-    records = []
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except OSError as exc:
-        raise PageIndexError(f"{path}: cannot read the page index ({exc.strerror or exc}); run the validate stage") from None
-    for lineno, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise PageIndexError(f"{path}:{lineno}: not valid JSON ({exc.msg})") from None
-        if not isinstance(record, dict):
-            raise PageIndexError(f"{path}:{lineno}: expected a JSON object, got {type(record).__name__}")
-        missing = [k for k in INDEX_FIELDS if k not in record]
-        if missing:
-            raise PageIndexError(f"{path}:{lineno}: missing field(s) {', '.join(missing)}")
-        record["_line"] = lineno
-        records.append(record)
-    return records
+    return _read_page_index(path, required=INDEX_FIELDS, error=PageIndexError)
 
 
 def _reference_text(bench_dir: str | None, candidate: str | None, pdf: str, page: int) -> str | None:
