@@ -148,3 +148,13 @@ def test_split_tables_pairs_table_tags():
     assert markups == ["<table><tr><td><TABLE></table></td></tr></table >", "<table></table>"]
     for text in ["<table>", "</table><table>", "<table></table x>", "<table></table></table>"]:
         assert fasthtml.split_tables(text) is None, text
+
+
+def test_tables_over_the_cache_limit_parse_the_same(monkeypatch):
+    from olmpipe.bench import tables as tables_module
+
+    text = "x\n\n| a | b |\n|---|---|\n| 1 | 2 |\n\n<table><tr><th>h</th></tr><tr><td>v</td></tr></table>"
+    cached = tables(text, fast=True), tables_module.parse_markdown_tables(text)[0].rows
+    monkeypatch.setattr(tables_module, "MAX_CACHED_MARKUP", 4)
+    monkeypatch.setattr(tables_module, "MAX_CACHED_CELL", 0)
+    assert (tables(text, fast=True), tables_module.parse_markdown_tables(text)[0].rows) == cached

@@ -13,7 +13,7 @@ from fuzzysearch.levenshtein import find_near_matches_levenshtein
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from olmpipe.bench.nearmatch import all_starts, first_start, last_start
+from olmpipe.bench.nearmatch import all_starts, first_start, last_start, order_failure
 
 
 def _acceptable_starts(pattern: str, text: str, k: int) -> list[set[int]]:
@@ -59,7 +59,7 @@ def _mutate(rng: random.Random, s: str, alphabet: str, edits: int) -> str:
 
 def test_seeded_random_texts_with_planted_near_copies():
     rng = random.Random(20261130)
-    for trial in range(3000):
+    for trial in range(2000):
         alphabet = rng.choice(["ab", "abc", "abcd ", "abcdefghij "])
         k = rng.randrange(0, 5)
         m = rng.randrange(max(1, 3 * (k + 1) - 2), 40)
@@ -75,7 +75,7 @@ def test_seeded_random_texts_with_planted_near_copies():
 def test_edges_of_the_text_and_repeats():
     for text in ["", "x", "abcabcabcabc", "aaaaaaaaaaaa", "abcabdabcab", "zzzabcdefzzz", "abcdef"]:
         for pattern in ["abcdef", "aaaa", "abcabc", "bcab", "abcdefgh", "aaaaaaaaaaaaaa"]:
-            for k in range(0, len(pattern) // 2 + 1):
+            for k in range(len(pattern) // 2 + 1):
                 _check(pattern, text, k)
 
 
@@ -91,3 +91,64 @@ def test_results_are_cached_per_window_and_stay_equal():
     first = first_start("the quick brown fox", text, 2)
     assert first == first_start("the quick brown fox", text, 2) == text.index("the quikc")
     assert last_start("the quick brown fox", "x" * 50, 2) is None
+
+
+def _check_order(before: str, after: str, text: str, k: int) -> None:
+    """order_failure equals the reference's formula for every tie-break fuzzysearch may take."""
+    b_groups, a_groups = _acceptable_starts(before, text, k), _acceptable_starts(after, text, k)
+    got = order_failure(before, after, text, k)
+    if not b_groups:  # "after" when that is known without searching the 'before' clusters
+        assert got == "before" or (got == "after" and not a_groups), (before, after, text, k, got)
+    elif not a_groups:
+        assert got == "after", (before, after, text, k, got)
+    else:
+        outcomes = {b < a for b in b_groups[0] for a in a_groups[-1]}
+        assert (got is None) in outcomes and (got in (None, "order")), (before, after, text, k, got)
+
+
+def test_order_failure_dense_cases():
+    # a 'before' match starting at its window's left edge, right at the last 'after' window
+    _check_order("bbbabaaab", "baabaabbababa", "bbaabaabaababaabbaabbbabaaab", 2)
+    rng = random.Random(1)
+    for _ in range(6000):  # short patterns packed close: the bounds decide most verdicts
+        alphabet = rng.choice(["ab", "abc", "abcd "])
+        k = rng.randrange(1, 4)
+        patterns = ["".join(rng.choice(alphabet) for _ in range(rng.randrange(3 * (k + 1), 16))) for _ in range(2)]
+        parts = []
+        for _ in range(rng.randrange(1, 4)):
+            parts.append("".join(rng.choice(alphabet) for _ in range(rng.randrange(0, 6))))
+            parts.append(_mutate(rng, rng.choice(patterns), alphabet, rng.randrange(0, k + 2)))
+        _check_order(patterns[0], patterns[1], "".join(parts), k)
+
+
+def test_order_failure_on_seeded_random_texts():
+    rng = random.Random(7)
+    for _ in range(3000):
+        alphabet = rng.choice(["ab", "abc", "abcd ", "abcdefghij "])
+        k = rng.randrange(0, 4)
+        patterns = ["".join(rng.choice(alphabet) for _ in range(rng.randrange(max(1, 3 * (k + 1) - 2), 30)))
+                    for _ in range(2)]
+        parts = []
+        for _ in range(rng.randrange(0, 7)):
+            parts.append("".join(rng.choice(alphabet) for _ in range(rng.randrange(0, 25))))
+            parts.append(_mutate(rng, rng.choice(patterns), alphabet, rng.randrange(0, k + 3)))
+        _check_order(patterns[0], patterns[1], "".join(parts), k)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text("ab -", min_size=3, max_size=20), st.text("ab -", min_size=3, max_size=20),
+       st.text("ab -", max_size=150), st.integers(1, 3))
+def test_order_failure_hypothesis(before, after, text, k):
+    _check_order(before, after, text, min(k, len(before) // 2, len(after) // 2))
+
+
+def test_windows_over_the_cache_limit_are_searched_uncached(monkeypatch):
+    from olmpipe.bench import nearmatch
+
+    monkeypatch.setattr(nearmatch, "MAX_CACHED_WINDOW", 8)
+    rng = random.Random(3)
+    for _ in range(200):
+        pattern = "".join(rng.choice("abc") for _ in range(rng.randrange(6, 20)))
+        text = "".join(rng.choice("abc") for _ in range(rng.randrange(0, 80)))
+        _check(pattern, text, rng.randrange(1, 3))
+        _check_order(pattern, pattern[::-1], text, 1)

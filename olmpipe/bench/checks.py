@@ -6,9 +6,11 @@ verdict (olmocr 0.4.27 ``tests.py``; ``format``/``footnote`` from olmocr main). 
 :mod:`olmpipe.bench.tables`; math goes to ``olmpipe.bench.mathtest``.
 
 Speed-ups that cannot change a verdict: an exact substring hit short-cuts ``partial_ratio`` (it
-would return 100); ``order`` tests with ``max_diffs == 0`` use ``str.find``/``rfind`` (fuzzysearch
-returns exactly the exact occurrences then), fuzzy ones search only the windows around n-gram hits
-(:mod:`olmpipe.bench.nearmatch`); alphanumeric counts stop as soon as the answer is known.
+would return 100), and rapidfuzz prunes with a ``score_cutoff`` just under the threshold (scores at
+or above it are exact; a failed ``present`` test recomputes the exact score for its reason);
+``order`` tests with ``max_diffs == 0`` use ``str.find``/``rfind`` (fuzzysearch returns exactly the
+exact occurrences then), fuzzy ones search only the windows around n-gram hits that the verdict
+depends on (:mod:`olmpipe.bench.nearmatch`); alphanumeric counts stop as soon as the answer is known.
 """
 
 from __future__ import annotations
@@ -36,10 +38,14 @@ _DISALLOWED = re.compile(
 )
 
 
-def _partial_ratio(query: str, content: str) -> float:
+def _partial_ratio(query: str, content: str, threshold: float) -> float:
+    """``fuzz.partial_ratio(query, content) / 100`` where it is >= ``threshold``; below it, some
+    value below ``threshold`` (rapidfuzz's ``score_cutoff`` prunes; scores at or above the cutoff
+    are exact, and the cutoff sits just under the threshold so the comparison is unchanged)."""
     if query and query in content:
         return 1.0
-    return fuzz.partial_ratio(query, content) / 100.0
+    cutoff = max(0.0, threshold * 100.0 - 1e-6)
+    return fuzz.partial_ratio(query, content, score_cutoff=cutoff) / 100.0
 
 
 def check_presence(test, page) -> tuple[bool, str]:
@@ -54,10 +60,11 @@ def check_presence(test, page) -> tuple[bool, str]:
     elif last_n:
         content = content[-last_n:]
     threshold = 1.0 - (test.max_diffs / (len(query) if len(query) > 0 else 1))
-    best = _partial_ratio(query, content)
+    best = _partial_ratio(query, content, threshold)
     if test.type == "present":
         if best >= threshold:
             return True, ""
+        best = fuzz.partial_ratio(query, content) / 100.0  # the exact score, for the reason only
         return False, f"Expected '{query[:40]}...' with threshold {threshold} but best match ratio was {best:.3f}"
     if best < threshold:
         return True, ""

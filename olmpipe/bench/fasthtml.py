@@ -33,11 +33,11 @@ ATTRIBUTES = frozenset({"rowspan", "colspan", "align", "valign", "style", "width
 MAX_DEPTH = 100  # deeper element nesting than this is left to BeautifulSoup
 _ASCII_SPACES = "\x20\x0a\x09\x0c\x0d"
 
-_START = re.compile(
-    r"<([a-zA-Z][a-zA-Z0-9]*)"
-    r"((?:\s+[a-zA-Z][a-zA-Z0-9_-]*(?:\s*=\s*(?:\"[^\"<>&]*\"|'[^'<>&]*'|[a-zA-Z0-9_.%#-]+(?=[\s>])))?)*)"
-    r"\s*(/?)>"
-)
+_ATTRS = r"((?:\s+[a-zA-Z][a-zA-Z0-9_-]*(?:\s*=\s*(?:\"[^\"<>&]*\"|'[^'<>&]*'|[a-zA-Z0-9_.%#-]+(?=[\s>])))?)*)"
+_START = re.compile(r"<([a-zA-Z][a-zA-Z0-9]*)" + _ATTRS + r"\s*(/?)>")
+# one token per match: an end tag (group 1), a start tag (groups 2-4), or a "<" that starts
+# markup outside the subset (group 5); a "<" matching none of them is text
+_TOKEN = re.compile(r"<(?:/([a-zA-Z][a-zA-Z0-9]*)\s*>|([a-zA-Z][a-zA-Z0-9]*)" + _ATTRS + r"\s*(/?)>|([/!?a-zA-Z]))")
 _ATTR = re.compile(r"([a-zA-Z][a-zA-Z0-9_-]*)(?:\s*=\s*(\"[^\"]*\"|'[^']*'|[^\s>]+))?")
 _END = re.compile(r"</([a-zA-Z][a-zA-Z0-9]*)\s*>")
 
@@ -163,34 +163,24 @@ def parse(text: str, *, complete: bool = False) -> Node | None:
 
     root = Node("[document]", {}, None)
     stack = [root]
-    pos, n = 0, len(text)
+    n = len(text)
     data_start = 0
-    find, end_match, start_match = text.find, _END.match, _START.match
-    while True:
-        lt = find("<", pos)
-        if lt < 0 or lt + 1 >= n:
-            break
-        nxt = text[lt + 1]
-        if nxt == "/":
-            m = end_match(text, lt)
-            if m is None:
-                return None
-            name = m.group(1).lower()
+    for m in _TOKEN.finditer(text):
+        end_name, raw_name, raw_attrs, self_closing, outside = m.groups()
+        if outside is not None:
+            return None
+        lt = m.start()
+        if lt > data_start and not add_text(data_start, lt):
+            return None
+        if end_name is not None:
+            name = end_name.lower()
             if name not in TAGS or name in VOID or stack[-1].name != name:
                 return None
-            if lt > data_start and not add_text(data_start, lt):
-                return None
             stack.pop()
-        elif nxt.isascii() and nxt.isalpha():
-            m = start_match(text, lt)
-            if m is None:
-                return None
-            raw_name, raw_attrs, self_closing = m.groups()
+        else:
             name = raw_name.lower()
             attrs = _attrs(raw_attrs) if raw_attrs else {}
             if name not in TAGS or attrs is None:
-                return None
-            if lt > data_start and not add_text(data_start, lt):
                 return None
             parent = stack[-1]
             node = Node(name, attrs, parent)
@@ -200,12 +190,7 @@ def parse(text: str, *, complete: bool = False) -> Node | None:
                 if len(stack) > MAX_DEPTH:  # the tree walks recurse; deep markup goes to BeautifulSoup
                     return None
                 stack.append(node)
-        elif nxt in "!?":
-            return None
-        else:
-            pos = lt + 1  # a lone "<" is text
-            continue
-        pos = data_start = m.end()
+        data_start = m.end()
     if n > data_start and not add_text(data_start, n):
         return None
     if complete and len(stack) > 1:

@@ -8,6 +8,8 @@ milliseconds per call on a page; a GRPO group scores 28 near-identical pages.
 :func:`first_start` / :func:`last_start` return that first / last start exactly, by running
 fuzzysearch itself on small windows of the text instead of the whole page, and remembering the
 answer per window (a bounded cache of a pure function: near-identical completions share windows).
+:func:`order_failure` gives the verdict and searches only the windows whose outcome it depends on:
+exact occurrences (``str.find``) and window positions bound both starts, and often decide alone.
 
 Why a window gives the same matches (``m = len(pattern)``, ``g = m // (k + 1) >= 3``, i.e.
 fuzzysearch's n-gram search):
@@ -41,13 +43,23 @@ from math import inf
 from fuzzysearch import find_near_matches
 
 MIN_NGRAM = 3  # fuzzysearch uses its n-gram search when len(pattern) // (k + 1) >= 3
-CACHE_SIZE = 8192
+CACHE_SIZE = 4096  # windows remembered per process
+MAX_CACHED_WINDOW = 4096  # longer windows (hostile repetitions) are searched uncached: memory stays bounded
 
 
-@lru_cache(maxsize=CACHE_SIZE)
-def _window_starts(pattern: str, window: str, max_diffs: int) -> tuple[int, ...]:
+def _search(pattern: str, window: str, max_diffs: int) -> tuple[int, ...]:
     """Sorted starts of fuzzysearch's consolidated matches of ``pattern`` in ``window``."""
     return tuple(m.start for m in find_near_matches(pattern, window, max_l_dist=max_diffs))
+
+
+_cached_search = lru_cache(maxsize=CACHE_SIZE)(_search)
+
+
+def _window_starts(pattern: str, window: str, max_diffs: int) -> tuple[int, ...]:
+    """:func:`_search`, remembered for windows of at most :data:`MAX_CACHED_WINDOW` characters."""
+    if len(window) > MAX_CACHED_WINDOW:
+        return _search(pattern, window, max_diffs)
+    return _cached_search(pattern, window, max_diffs)
 
 
 def _anchors(pattern: str, text: str, max_diffs: int) -> list[int]:
@@ -184,7 +196,9 @@ def order_failure(before: str, after: str, text: str, max_diffs: int) -> str | N
     (the reference ``order`` verdict), else why not: ``"before"`` / ``"after"`` (no near match,
     checked in that order) or ``"order"``.
 
-    Searches only the clusters whose outcome the bounds of :class:`_Side` leave open.
+    Searches only the clusters whose outcome the bounds of :class:`_Side` leave open. When neither
+    text has a near match the reason may say ``"after"`` where the reference says ``"before"`` (the
+    verdict is the same; finding out would mean searching every 'before' cluster).
     """
     g_min = min(len(before), len(after)) // (max_diffs + 1)
     if max_diffs == 0 or g_min < MIN_NGRAM:
@@ -194,6 +208,8 @@ def order_failure(before: str, after: str, text: str, max_diffs: int) -> str | N
     while True:
         if first.known() and first.value is None:
             return "before"
+        if last.known() and last.value is None:  # without searching whether 'before' has a match
+            return "after"
         b_lo, b_hi = first.bounds()
         a_lo, a_hi = last.bounds()
         if b_hi < a_lo:

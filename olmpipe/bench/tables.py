@@ -1,7 +1,11 @@
 """Markdown and HTML table parsing and the ``table`` test, with olmocr 0.4.27's semantics.
 
 The reference parses the page's tables again for every table test; here a page's tables are parsed
-once (cached on :class:`~olmpipe.bench.normalize.PageText`) and their cells normalized once.
+once (cached on :class:`~olmpipe.bench.normalize.PageText`) and their cells normalized once. Across
+pages, work is remembered per piece of markup, because the completions of a GRPO group repeat most
+of it: the parse of each markdown block and of each top-level HTML table's markup (bounded LRU
+caches of pure functions, :data:`TABLE_CACHE_SIZE`), each cell's normalization, and each test's
+outcome on a parsed table (:attr:`TableData.outcomes`).
 
 Semantics kept from the reference on purpose (they decide verdicts):
 
@@ -30,13 +34,17 @@ from olmpipe.bench.normalize import normalize_text
 
 MAX_COLSPAN = 1000  # browsers clamp colspan to 1000 as well
 TABLE_CACHE_SIZE = 512  # parsed table markups remembered per process (GRPO groups repeat them)
+MAX_CACHED_MARKUP = 32_768  # longer markup is parsed uncached: the caches stay within tens of MB
+MAX_CACHED_CELL = 256
 
 
-@lru_cache(maxsize=1 << 16)
+_cached_normalize = lru_cache(maxsize=1 << 16)(normalize_text)
+
+
 def _normalize_cell(text: str) -> str:
-    """:func:`normalize_text` of a cell or heading, remembered: the completions of a GRPO group
-    repeat most cells even when their tables differ."""
-    return normalize_text(text)
+    """:func:`normalize_text` of a cell or heading, remembered (up to :data:`MAX_CACHED_CELL`
+    characters): the completions of a GRPO group repeat most cells even when their tables differ."""
+    return _cached_normalize(text) if len(text) <= MAX_CACHED_CELL else normalize_text(text)
 
 
 @dataclass
@@ -97,9 +105,12 @@ def _markdown_rows(lines: list[str]) -> list[list[str]]:
     return rows
 
 
-@lru_cache(maxsize=TABLE_CACHE_SIZE)
 def _markdown_table(block: str) -> TableData | None:
-    """The table of a block of consecutive ``|`` lines (remembered per block, like HTML tables)."""
+    """The table of a block of consecutive ``|`` lines, remembered per block like HTML tables."""
+    return _cached_markdown_table(block) if len(block) <= MAX_CACHED_MARKUP else _parse_markdown_table(block)
+
+
+def _parse_markdown_table(block: str) -> TableData | None:
     raw_rows = _markdown_rows(block.split("\n"))
     if not raw_rows:
         return None
@@ -108,6 +119,9 @@ def _markdown_table(block: str) -> TableData | None:
     row_headers = {r: [(0, rows[r][0])] for r in range(1, len(rows))} if n_cols > 0 else {}
     return TableData(rows=rows, n_cols=n_cols, header_rows={0}, header_cols={0} if n_cols > 0 else set(),
                      col_headers=col_headers, row_headers=row_headers)
+
+
+_cached_markdown_table = lru_cache(maxsize=TABLE_CACHE_SIZE)(_parse_markdown_table)
 
 
 def parse_markdown_tables(text: str) -> list[TableData]:
@@ -215,12 +229,18 @@ def _html_table(table) -> TableData | None:
                 entries = row_headers.setdefault(r, [])
                 if not any(h[1] == header_text for h in entries):
                     entries.append((header_col, header_text))
-    for c in header_cols:
+    if header_cols:
+        cols = list(header_cols)  # set order, as the reference iterates it
         for r, row in enumerate(data):
-            if c < len(row) and row[c].strip():
-                entries = row_headers.setdefault(r, [])
-                if not any(h[1] == row[c] for h in entries):
-                    entries.append((c, row[c]))
+            seen = None  # texts already heading row r
+            for c in cols:
+                if c < len(row) and row[c].strip():
+                    entries = row_headers.setdefault(r, [])
+                    if seen is None:
+                        seen = {h[1] for h in entries}
+                    if row[c] not in seen:
+                        entries.append((c, row[c]))
+                        seen.add(row[c])
 
     if not data:
         return None
@@ -235,15 +255,22 @@ def _tables_of(root) -> list[TableData]:
     return [t for t in map(_html_table, root.find_all("table")) if t is not None]
 
 
-@lru_cache(maxsize=TABLE_CACHE_SIZE)
+def _parse_markup(markup: str) -> tuple[TableData, ...] | None:
+    root = fasthtml.parse(markup, complete=True)
+    return None if root is None else tuple(_tables_of(root))
+
+
+_cached_markup = lru_cache(maxsize=TABLE_CACHE_SIZE)(_parse_markup)
+
+
 def _markup_tables(markup: str) -> tuple[TableData, ...] | None:
     """The tables of one top-level table's markup, or None outside the fast subset.
 
-    Remembered per markup (a pure function of it; the :class:`TableData` are only read), so the
-    completions of a GRPO group that repeat a table parse it once.
+    Remembered per markup of at most :data:`MAX_CACHED_MARKUP` characters (a pure function of it;
+    the :class:`TableData` are only read), so the completions of a GRPO group that repeat a table
+    parse it once.
     """
-    root = fasthtml.parse(markup, complete=True)
-    return None if root is None else tuple(_tables_of(root))
+    return _cached_markup(markup) if len(markup) <= MAX_CACHED_MARKUP else _parse_markup(markup)
 
 
 def _fast_html_tables(text: str) -> list[TableData] | None:
