@@ -186,9 +186,11 @@ def test_seed_config_and_fingerprint():
     cfg = load_config("config/olmocr2.yaml")
     job = seed_config(cfg, 4)
     assert job["train"]["seeds"] == [4] and [o["seed"] for o in job["train"]["seed_overrides"]] == [4]
-    assert set(job) == {"model", "rewards", "train", "resources"}
+    assert set(job) == {"model", "rewards", "train"}
     more = load_config("config/olmocr2.yaml", {"train": {"seeds": [1, 2, 3, 4, 5, 6, 7]}})
     assert seed_config(more, 4) == job  # adding a seed does not rerun the others
+    site = load_config("config/olmocr2.yaml", {"resources": {"train": {"mem_mb": 1000, "runtime": 5}}})
+    assert seed_config(site, 4) == job  # nor does asking for other memory or walltime
     base = run_fingerprint(cfg, 4, "m")
     assert run_fingerprint(load_config("config/olmocr2.yaml", {"train": {"wandb": {"mode": "disabled"},
                                                                          "grpo": {"save_steps": 7}}}), 4, "m") == base

@@ -31,9 +31,13 @@ OPERATIONAL_GRPO = ("save_steps", "save_total_limit", "logging_steps", "dataload
 
 
 def seed_config(config: Mapping[str, Any], seed: int) -> dict[str, Any]:
-    """The config sections of one seed's job: ``seeds`` is ``[seed]`` and only its overrides remain."""
+    """The config sections of one seed's job: ``seeds`` is ``[seed]`` and only its overrides remain.
+
+    Site resources (``resources.train``: memory, walltime, partition) are left out, so that moving
+    to another cluster or asking for more time retrains nothing; the job gets its CPU count through
+    ``--threads`` and its process count through the launch command (a rule parameter of its own).
+    """
     out = {name: deepcopy(config[name]) for name in TRAIN_SECTIONS}
-    out["resources"] = {"train": deepcopy(config["resources"]["train"])}
     out["train"]["seeds"] = [seed]
     out["train"]["seed_overrides"] = [o for o in out["train"]["seed_overrides"] if o["seed"] == seed]
     return out
