@@ -89,6 +89,26 @@ def test_hung_worker_is_replaced_and_its_tests_time_out():
         assert s.score([(GOOD, TESTS)])[0].micro == 1.0
 
 
+def test_hung_completion_in_a_chunk_times_out_alone():
+    """16 completions go out in chunks of 4: the one that hangs (a single check running for
+    seconds, past the deadline plus grace) is blamed by the worker's progress, not its chunk's
+    head; the rest of its chunk, before and after it, is scored normally."""
+    items = [(GOOD, TESTS)] * 16
+    items[5] = (SLOW, TESTS[3:4] + TESTS[:2])  # the table check hangs; the other two never run
+    with BenchScorer(processes=1, timeout_s=0.3, grace_s=0.3) as s:
+        s.score([(GOOD, TESTS)])  # worker start-up
+        pid = s._workers[0].process.pid
+        start = time.monotonic()
+        results = s.score(items)
+        elapsed = time.monotonic() - start
+        assert s._workers[0].process.pid != pid  # killed and replaced
+    hung = results[5]
+    assert hung.timed_out and hung.micro == 0.0 and [v.reason for v in hung.verdicts] == ["timeout"] * 3
+    assert [v.test_id for v in hung.verdicts] == ["t", "p", "a"]
+    assert all(r.micro == 1.0 and not r.timed_out for i, r in enumerate(results) if i != 5)
+    assert elapsed < 15
+
+
 def test_cooperative_deadline_keeps_finished_verdicts(monkeypatch):
     from olmpipe.bench import run
 
@@ -140,3 +160,16 @@ def test_dead_idle_worker_is_replaced_without_failing_anything():
         victim.wait()
         results = s.score([(GOOD, TESTS)] * 3)
         assert [r.micro for r in results] == [1.0] * 3 and s._workers[0].process.pid != victim.pid
+
+
+def test_worker_left_busy_by_an_interrupted_call_is_replaced():
+    """A call interrupted (e.g. KeyboardInterrupt) while a worker held a chunk: the next call does
+    not read that chunk's late answer as its own."""
+    with BenchScorer(processes=1, timeout_s=20) as s:
+        s.score([(GOOD, TESTS)])
+        stale = s._workers[0]
+        stale.conn.send(([(0, "nothing", 0)], {0: TESTS}))  # a chunk whose answer nobody reads
+        stale.pending.append(0)
+        stale.chunks = 1
+        results = s.score([(GOOD, TESTS)] * 3)
+        assert [r.micro for r in results] == [1.0] * 3 and s._workers[0] is not stale

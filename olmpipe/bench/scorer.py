@@ -6,11 +6,15 @@ This is the reward engine of GRPO: every completion of every step goes through i
   :mod:`olmpipe.bench.worker`; each with its own KaTeX renderer) alive across calls, so a training
   run pays the start-up once. Its configuration is picklable; the live pool is not shipped when
   the object is pickled.
-- Work is sent in small chunks (the tests of a chunk travel once, not once per completion); every
-  completion gets ``timeout_s`` seconds. The worker stops cooperatively at the deadline (pending
-  tests fail with reason ``"timeout"``); a worker that does not answer by the deadline plus a
-  grace period is killed and replaced, and every test of its current completion fails with
-  ``"timeout"``. A crashed worker is replaced the same way (reason ``"worker crashed"``).
+- Work is sent in chunks of completions, one message each way per chunk: the tests of a chunk
+  travel once, not once per completion (a GRPO group's completions share theirs), and the worker
+  answers the whole chunk in one message. Every completion gets ``timeout_s`` seconds from its own
+  start: the worker stops it cooperatively at its deadline (pending tests fail with reason
+  ``"timeout"``). The worker publishes which completion it is on, and since when, in a shared
+  progress file (:class:`olmpipe.bench.worker.Progress`); a worker still on one completion after
+  its deadline plus a grace period is killed and replaced, every test of that completion fails with
+  ``"timeout"`` and the rest of its chunk is sent again. A crashed worker is replaced the same way
+  (reason ``"worker crashed"`` for the completion it was on).
 - Nothing a model writes can make :meth:`BenchScorer.score` raise: the text is coerced to ``str``
   (None -> ``""``), checks that raise count as failed tests.
 
@@ -28,6 +32,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections import deque
 from collections.abc import Iterable, Sequence
@@ -37,9 +42,19 @@ from pathlib import Path
 
 from olmpipe.bench.normalize import coerce_text
 from olmpipe.bench.run import TIMEOUT_REASON, Verdict, micro_macro, run_tests
-from olmpipe.bench.worker import CRASH_REASON, close_renderer, make_renderer
+from olmpipe.bench.worker import (
+    CRASH_REASON,
+    IDLE,
+    PROGRESS_SIZE,
+    STARTING_RENDERER,
+    Progress,
+    close_renderer,
+    make_renderer,
+)
 
 log = logging.getLogger(__name__)
+
+_IN_FLIGHT = 2  # chunks a worker holds at once
 
 
 @dataclass(frozen=True)
@@ -67,7 +82,8 @@ def _failed(tests: Sequence, reason: str) -> BatchResult:
 
 # -------------------------------------------------------------------------------------------- pool
 class _Worker:
-    """One worker: ``python -m olmpipe.bench.worker`` on one end of a socket pair.
+    """One worker: ``python -m olmpipe.bench.worker`` on one end of a socket pair, plus the
+    progress file it shares with the scorer.
 
     A plain subprocess rather than ``multiprocessing``: a spawned ``multiprocessing`` child
     re-imports the parent's ``__main__`` (the training entry point, or a Snakemake script that
@@ -75,20 +91,38 @@ class _Worker:
     """
 
     def __init__(self, timeout_s: float) -> None:
+        progress_fd = _progress_file()
         ours, theirs = socket.socketpair()
         env = dict(os.environ)
         package_root = str(Path(__file__).resolve().parents[2])
         env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
         try:
+            self.progress = Progress(progress_fd)  # mmap keeps its own copy of the descriptor
+            self.progress.write(IDLE)
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "olmpipe.bench.worker", str(theirs.fileno()), repr(timeout_s)],
-                pass_fds=[theirs.fileno()], env=env, stdin=subprocess.DEVNULL)
+                [sys.executable, "-m", "olmpipe.bench.worker", str(theirs.fileno()), repr(timeout_s),
+                 str(progress_fd)],
+                pass_fds=[theirs.fileno(), progress_fd], env=env, stdin=subprocess.DEVNULL)
         finally:
             theirs.close()
+            os.close(progress_fd)
         self.conn = Connection(ours.detach())
-        self.pending: deque[int] = deque()
-        self.started = time.monotonic()  # when the head of ``pending`` (or the start-up) began
+        self.pending: deque[int] = deque()  # completions sent and not answered yet, in order
+        self.chunks = 0  # chunks sent and not answered yet
+        self.started = time.monotonic()  # last exchange: start-up, a chunk sent to it idle, an answer
         self.ready = False  # set by the worker's first message, once its imports are done
+
+    def position(self) -> tuple[int | None, float, bool]:
+        """``(completion it is on or None, since when, starting its renderer)``.
+
+        The worker marks itself idle before answering a chunk, so an index it shows is one of
+        ``pending``; "since" is never before ``started`` (the last exchange with the scorer).
+        """
+        index, since = self.progress.read()
+        since = max(since, self.started)
+        if index == STARTING_RENDERER:
+            return None, since, True
+        return (index if index in self.pending else None), since, False
 
     def kill(self) -> None:
         try:
@@ -102,6 +136,7 @@ class _Worker:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait(5.0)
+        self.progress.close()
 
     def stop(self) -> None:
         try:
@@ -113,6 +148,17 @@ class _Worker:
         except subprocess.TimeoutExpired:
             pass
         self.kill()
+
+
+def _progress_file() -> int:
+    """A descriptor of an anonymous ``PROGRESS_SIZE``-byte file for a worker's progress."""
+    if hasattr(os, "memfd_create"):
+        fd = os.memfd_create("olmpipe-bench-progress")
+    else:  # pragma: no cover - platforms without memfd (macOS): an unlinked temporary file
+        with tempfile.TemporaryFile() as fh:
+            fd = os.dup(fh.fileno())
+    os.ftruncate(fd, PROGRESS_SIZE)
+    return fd
 
 
 @dataclass(frozen=True)
@@ -187,49 +233,73 @@ class BenchScorer:
 
     def _score_pool(self, prepared: list[tuple[str, list]]) -> list[BatchResult]:
         n = len(prepared)
+        for i, w in enumerate(self._workers):
+            if w.pending:  # still busy with a call that was interrupted: its answers would mislead
+                w.kill()
+                self._workers[i] = self._spawn()
         while len(self._workers) < min(self.config.processes, n):
             self._workers.append(self._spawn())
         results: list[BatchResult | None] = [None] * n
         queue = deque(range(n))
         keys: dict[int, int] = {}
         key_of = [keys.setdefault(id(tests), len(keys)) for _, tests in prepared]
-        chunk_size = max(1, min(64, -(-n // (2 * len(self._workers)))))  # ~2 chunks per worker
+        # ~4 chunks per worker, 2 in flight: a worker scores one while its last answer is read
+        chunk_size = max(1, min(64, -(-n // (4 * len(self._workers)))))
+        limit_s = self.config.timeout_s + self.config.grace_s
+        startup_failures = [0]
+        done = [0]  # completions with a result
 
         def send(worker: _Worker, indices: list[int]) -> None:
             tests_by_key = {key_of[i]: prepared[i][1] for i in indices}
             chunk = [(i, prepared[i][0], key_of[i]) for i in indices]
+            if not worker.pending:
+                worker.started = time.monotonic()
             worker.pending.extend(indices)
-            worker.started = time.monotonic()
+            worker.chunks += 1
             worker.conn.send((chunk, tests_by_key))
 
-        startup_failures = [0]
-        done = [0]  # completions with a result
+        def deadline(worker: _Worker) -> float:
+            if not worker.ready:
+                return worker.started + self.config.startup_s
+            _, since, rendering = worker.position()
+            return since + (self.config.startup_s if rendering else limit_s)
 
         def replace(worker: _Worker, reason: str) -> None:
             if not worker.ready:
                 startup_failures[0] += 1
                 log.warning("bench worker failed to start (%d so far)", startup_failures[0])
-            head = worker.pending.popleft() if worker.pending else None
-            if head is not None:
-                if results[head] is None:
+            if worker.pending:
+                current, _, _ = worker.position()
+                blamed = worker.pending[0] if current is None else current
+                if results[blamed] is None:
                     done[0] += 1
-                results[head] = _failed(prepared[head][1], reason)
-                log.warning("bench worker %s on completion %d; replacing it", reason, head)
-            queue.extendleft(reversed(worker.pending))
-            worker.pending.clear()
+                results[blamed] = _failed(prepared[blamed][1], reason)
+                log.warning("bench worker %s on completion %d; replacing it", reason, blamed)
+                queue.extendleft(reversed([i for i in worker.pending if i != blamed]))
+                worker.pending.clear()
+            worker.chunks = 0
             worker.kill()
             self._workers[self._workers.index(worker)] = self._spawn()
+
+        def wants_more(worker: _Worker) -> bool:
+            """An idle worker takes a chunk; a busy one a second only if idle (or starting) ones
+            still get one each, so that a worker that starts late is not left without work."""
+            if not worker.chunks:
+                return True
+            idle = sum(not w.chunks for w in self._workers)
+            return worker.chunks < _IN_FLIGHT and len(queue) > chunk_size * idle
 
         def feed(worker: _Worker) -> None:
             if not worker.pending and worker.process.poll() is not None:  # died while idle
                 replace(worker, CRASH_REASON)
                 return
-            if worker.ready and not worker.pending and queue:
+            while worker.ready and queue and wants_more(worker):
                 indices = [queue.popleft() for _ in range(min(chunk_size, len(queue)))]
                 try:
                     send(worker, indices)
                 except (OSError, ValueError):
                     replace(worker, CRASH_REASON)
+                    return
 
         def receive(worker: _Worker) -> None:
             try:
@@ -239,13 +309,14 @@ class BenchScorer:
                 return
             if message[0] == "ready":
                 worker.ready = True
-            elif message[0] == "result":
-                _, index, raw = message
-                if results[index] is None:
-                    done[0] += 1
-                results[index] = BatchResult.from_verdicts([Verdict(*v) for v in raw])
-                if worker.pending and worker.pending[0] == index:
-                    worker.pending.popleft()
+            elif message[0] == "results":
+                for index, raw in message[1]:
+                    if results[index] is None:
+                        done[0] += 1
+                    results[index] = BatchResult.from_verdicts([Verdict(*v) for v in raw])
+                answered = {index for index, _ in message[1]}
+                worker.pending = deque(i for i in worker.pending if i not in answered)
+                worker.chunks = max(0, worker.chunks - 1)
             worker.started = time.monotonic()
 
         while done[0] < n:
@@ -257,14 +328,12 @@ class BenchScorer:
                     if results[i] is None:
                         results[i] = _failed(prepared[i][1], CRASH_REASON)
                 break
-            limits = {id(w): (self.config.timeout_s + self.config.grace_s) if w.ready else self.config.startup_s
-                      for w in active}
-            wait_s = max(0.0, min(w.started + limits[id(w)] for w in active) - time.monotonic())
+            wait_s = max(0.0, min(deadline(w) for w in active) - time.monotonic())
             ready = wait([w.conn for w in active], timeout=wait_s)
             for w in active:
                 if w.conn in ready:
                     receive(w)
-                elif time.monotonic() - w.started > limits[id(w)]:
+                elif time.monotonic() > deadline(w) and not w.conn.poll():
                     replace(w, TIMEOUT_REASON if w.ready else CRASH_REASON)
         return results  # type: ignore[return-value]
 
