@@ -32,6 +32,17 @@ def _page_text(value: Any) -> str | None:
     return None if text is None else parse_page_output(text).text
 
 
+def _against_reference(completions, reference, score) -> list[float | None]:
+    """``score(page text, reference page text)`` per completion; None where a row has no reference."""
+    completions = list(completions or [])
+    refs = column({"reference": reference}, "reference", len(completions))
+    out: list[float | None] = []
+    for completion, ref in zip(completions, refs, strict=True):
+        ref_text = _page_text(ref) if isinstance(ref, str) else None
+        out.append(None if ref_text is None else score(_page_text(completion) or "", ref_text))
+    return out
+
+
 def count_elements(text: str) -> tuple[int, int]:
     """Numbers of HTML tables and of LaTeX equations (``$$..$$``, ``\\(..\\)``, ``\\[..\\]``) in ``text``."""
     return len(_TABLE_RE.findall(text)), sum(len(r.findall(text)) for r in _MATH_RES)
@@ -51,17 +62,11 @@ class EditDistanceReward:
     def __call__(self, prompts=None, completions=None, reference=None, **kwargs) -> list[float | None]:
         from rapidfuzz.distance import Levenshtein
 
-        completions = list(completions or [])
-        refs = column({"reference": reference}, "reference", len(completions))
-        out: list[float | None] = []
-        for completion, ref in zip(completions, refs, strict=True):
-            ref_text = _page_text(ref) if isinstance(ref, str) else None
-            if ref_text is None:
-                out.append(None)
-                continue
-            text = _page_text(completion) or ""
-            out.append(float(Levenshtein.normalized_similarity(text[: self.max_chars], ref_text[: self.max_chars])))
-        return out
+        cut = self.max_chars
+        return _against_reference(
+            completions, reference,
+            lambda text, ref: float(Levenshtein.normalized_similarity(text[:cut], ref[:cut])),
+        )
 
 
 def element_count_reward(prompts=None, completions=None, reference=None, **kwargs) -> list[float | None]:
@@ -70,17 +75,11 @@ def element_count_reward(prompts=None, completions=None, reference=None, **kwarg
     >>> element_count_reward(completions=["<table></table>"], reference=["<table></table> $$x$$"])
     [0.5]
     """
-    completions = list(completions or [])
-    refs = column({"reference": reference}, "reference", len(completions))
-    out: list[float | None] = []
-    for completion, ref in zip(completions, refs, strict=True):
-        ref_text = _page_text(ref) if isinstance(ref, str) else None
-        if ref_text is None:
-            out.append(None)
-            continue
-        got, want = count_elements(_page_text(completion) or ""), count_elements(ref_text)
-        out.append(0.5 * sum(g == w for g, w in zip(got, want, strict=True)))
-    return out
+    def score(text: str, ref: str) -> float:
+        got, want = count_elements(text), count_elements(ref)
+        return 0.5 * sum(g == w for g, w in zip(got, want, strict=True))
+
+    return _against_reference(completions, reference, score)
 
 
 def table_is_rectangular(table_html: str) -> bool:
