@@ -52,13 +52,13 @@ from olmpipe.generate import (
 from olmpipe.generate.base import file_sha256
 from olmpipe.generate.decoding import FAILURE_ERROR, settings_fingerprint
 from olmpipe.jsonl import read_page_index
-from olmpipe.workflow import code_version
+from olmpipe.workflow import GENERATE_CODE, code_version
 
 logger = logging.getLogger(__name__)
 
 #: Package code whose edits rerun the baseline rule (``params: code=``); generations are reused
 #: unless GENERATION_CODE changed too, so a scoring fix only rescores.
-BASELINE_CODE = ("olmpipe.baseline", "olmpipe.generate", "olmpipe.prompts", "olmpipe.bench")
+BASELINE_CODE = GENERATE_CODE  # the list itself lives in olmpipe.workflow, shared with evaluate
 #: Package code whose edits invalidate finished generations (see :func:`run_fingerprint`).
 GENERATION_CODE = ("olmpipe.generate", "olmpipe.prompts")
 #: The append-only resume journal in the output folder (not a Snakemake output; see the module doc).

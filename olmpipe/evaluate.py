@@ -36,13 +36,13 @@ from olmpipe.compare import (
     write_comparison,
 )
 
+# GENERATE_CODE: package code whose edits rerun the evaluate stage's generation (rule
+# ``evaluate_generate``); the baseline's own list, kept in olmpipe.workflow so that importing it
+# never loads the generation stack (kept here for callers of this module). This module is not in it.
+from olmpipe.workflow import GENERATE_CODE  # noqa: F401
+
 log = logging.getLogger(__name__)
 
-#: Package code whose edits rerun the evaluate stage's generation (rule ``evaluate_generate``):
-#: the baseline's generation and scoring path, ``olmpipe.baseline.BASELINE_CODE`` (a test checks
-#: they agree; not imported here so that comparing never loads the generation stack). This module
-#: is left out: it only names the run.
-GENERATE_CODE = ("olmpipe.baseline", "olmpipe.generate", "olmpipe.prompts", "olmpipe.bench")
 #: Package code whose edits rerun the comparison (rule ``evaluate_compare``).
 COMPARE_CODE = ("olmpipe.evaluate", "olmpipe.compare", "olmpipe.stats", "olmpipe.guards")
 

@@ -28,6 +28,9 @@ TINY_MODEL_DIR = RESULTS / "model" / "tiny"
 # The olmpipe modules whose source each stage's ``params: code=`` hashes (see code_version).
 # validate hashes the test loader but not the scorer: scoring edits must not rerun the chain.
 RASTERIZE_CODE = ("olmpipe.rasterize",)
+# Generation and scoring of eval pages: the baseline rule and the evaluate stage's generation rule
+# run the same code, so editing it reruns both (olmpipe.baseline, olmpipe.evaluate).
+GENERATE_CODE = ("olmpipe.baseline", "olmpipe.generate", "olmpipe.prompts", "olmpipe.bench")
 VALIDATE_CODE = (
     "olmpipe.validate",
     "olmpipe.split",

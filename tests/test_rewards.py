@@ -232,3 +232,28 @@ def test_build_rewards_from_config():
     cfg["rewards"]["weights"] = {k: None for k in cfg["rewards"]["weights"]}
     with pytest.raises(ValueError, match="selects no reward"):
         build_rewards(cfg["rewards"])
+
+
+def test_micro_and_macro_together_score_each_batch_once():
+    """With bench and bench_macro both selected, one pool scores each completion once for both."""
+    cfg = load_config()
+    cfg["rewards"]["weights"].update(bench=1.0, bench_macro=1.0, front_matter=None, eos=None)
+    cfg["rewards"]["bench"]["processes"] = 0
+    micro, macro = build_rewards(cfg["rewards"]).funcs
+    assert macro.scorer() is micro.scorer()
+    calls = []
+    real_score = micro.scorer().score
+    micro.scorer().score = lambda jobs: calls.append(len(jobs)) or real_score(jobs)
+    ids = _earnings_ids()
+    text = (SAMPLE / "olmocr_pipeline" / "earnings_pg1_repeat1.md").read_text(encoding="utf-8")
+    kwargs = {"test_ids": [ids, ids], "test_files": [[str(SAMPLE / "dataset.jsonl")] * len(ids)] * 2}
+    completions = [text, text[: len(text) // 2]]
+    got_micro, got_macro = micro(completions=completions, **kwargs), macro(completions=completions, **kwargs)
+    assert calls == [2]  # the macro reward reused the micro reward's verdicts
+    with BenchReward(average="macro", processes=0) as alone:
+        assert got_macro == alone(completions=completions, **kwargs)
+    with BenchReward(average="micro", processes=0) as alone:
+        assert got_micro == alone(completions=completions, **kwargs)
+    micro(completions=completions[:1], **{k: v[:1] for k, v in kwargs.items()})
+    assert calls == [2, 1]  # a different batch is scored again
+    micro.close()

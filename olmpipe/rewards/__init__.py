@@ -104,6 +104,7 @@ def build_rewards(rewards_cfg: Mapping[str, Any], *, tokenizer: Any = None,
     funcs: list[Callable[..., list[float | None]]] = []
     out_weights: list[float] = []
     details_logged = False
+    first_bench: BenchReward | None = None
     for name in REWARD_NAMES:
         weight = weights.get(name)
         if weight is None:
@@ -117,8 +118,10 @@ def build_rewards(rewards_cfg: Mapping[str, Any], *, tokenizer: Any = None,
                 processes=bench_cfg["processes"],
                 timeout_s=bench_cfg["timeout_s"],
                 log_details=not details_logged,
+                share_scoring_with=first_bench,  # micro and macro together: one pool, scored once
             )
             details_logged = True
+            first_bench = first_bench or func
         elif name == "eos":
             if tokenizer is None:
                 raise ValueError("rewards.weights.eos is set but no tokenizer was given to build the EOS reward")

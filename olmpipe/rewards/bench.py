@@ -72,7 +72,9 @@ class BenchReward:
     - ``processes`` / ``timeout_s``: the scoring pool's size and the time bound per completion
       (``processes=0`` scores in the calling process, where the bound is only cooperative);
     - ``log_details``: also log each completion's verdicts (``bench_verdicts`` column of the
-      completions table) and its page; set it on one bench reward only.
+      completions table) and its page; set it on one bench reward only;
+    - ``share_scoring_with``: another bench reward whose pool this one uses; when both score the
+      same batch (micro and macro selected together) the verdicts are computed once.
 
     The worker pool starts on the first call and is not pickled (a copy starts its own).
     """
@@ -87,6 +89,7 @@ class BenchReward:
         processes: int = 2,
         timeout_s: float = 10.0,
         log_details: bool = True,
+        share_scoring_with: BenchReward | None = None,
     ):
         if average not in AVERAGES:
             raise ValueError(f"average must be one of {', '.join(AVERAGES)}, got {average!r}")
@@ -106,11 +109,13 @@ class BenchReward:
         self._scorer: Any = None
         self._finalizer: Any = None
         self._tests: dict[str, tuple[float, dict[str, Any]]] = {}
+        self._owner = share_scoring_with._owner if share_scoring_with is not None else self
+        self._last: tuple[list[tuple[str, tuple[str, ...]]], list[Any]] | None = None
 
     # -- pickling: the pool and the test cache stay behind -------------------------------------
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        state.update(_scorer=None, _finalizer=None, _tests={}, _jsonl_pattern=None)
+        state.update(_scorer=None, _finalizer=None, _tests={}, _jsonl_pattern=None, _last=None)
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -124,13 +129,26 @@ class BenchReward:
 
     # -- resources -----------------------------------------------------------------------------
     def scorer(self) -> Any:
-        """The persistent scoring pool, started on first use."""
+        """The persistent scoring pool, started on first use (the sharing reward's, if any)."""
+        if self._owner is not self:
+            return self._owner.scorer()
         if self._scorer is None:
             from olmpipe.bench import BenchScorer
 
             self._scorer = BenchScorer(processes=self.processes, timeout_s=self.timeout_s)
             self._finalizer = weakref.finalize(self, _close_scorer, self._scorer)
         return self._scorer
+
+    def _score(self, jobs: list[tuple[str, list[Any]]]) -> list[Any]:
+        """Score ``(text, tests)`` jobs; the same batch scored just before (by this reward or one
+        sharing its pool) is answered from that result instead of being scored again."""
+        owner = self._owner
+        key = [(text, tuple(t.id for t in tests)) for text, tests in jobs]
+        if owner._last is not None and owner._last[0] == key:
+            return owner._last[1]
+        results = self.scorer().score(jobs)
+        owner._last = (key, results)
+        return results
 
     def close(self) -> None:
         """Stop the worker processes (they restart on the next call)."""
@@ -174,12 +192,12 @@ class BenchReward:
         paths = [files] * len(test_ids) if isinstance(files, (str, os.PathLike)) else list(files)
         if len(paths) != len(test_ids):
             raise TestLookupError(f"test_files has {len(paths)} entries for {len(test_ids)} test ids")
+        files_by_path = {p: self._file_tests(p) for p in dict.fromkeys(map(str, paths)) if self._keep_file(p)}
         tests = []
         for test_id, path in zip(test_ids, paths, strict=True):
-            path = str(path)
-            if not self._keep_file(path):
+            by_id = files_by_path.get(str(path))
+            if by_id is None:
                 continue
-            by_id = self._file_tests(path)
             if test_id not in by_id:
                 raise TestLookupError(f"test id {test_id!r} is not in {path}")
             test = by_id[test_id]
@@ -221,7 +239,7 @@ class BenchReward:
                 continue
             jobs.append((scored_text(text, self.score_text), tests))
             rows.append(i)
-        results = self.scorer().score(jobs) if jobs else []
+        results = self._score(jobs) if jobs else []
         stats = _Stats()
         for i, (_, tests), result in zip(rows, jobs, results, strict=True):
             rewards[i] = float(result.micro if self.average == "micro" else result.macro)

@@ -4,7 +4,7 @@
 
 import os
 
-from olmpipe.baseline import BASELINE_CODE
+from olmpipe.workflow import GENERATE_CODE
 
 # Run folder of the base model (same layout as results/evaluate/<model name>/).
 BASELINE_RUN = f"results/baseline/{config['model']['name']}"
@@ -30,7 +30,7 @@ rule baseline_generate:
         baseline=config["baseline"],
         # Editing the generation, prompt, scoring or stage code reruns the job; finished
         # generations are reused from the journal unless olmpipe.generate/prompts changed.
-        code=code_version(*BASELINE_CODE),
+        code=code_version(*GENERATE_CODE),
     log:
         "logs/baseline/baseline.log",
     threads: config["resources"]["generate"]["cpus_per_task"]

@@ -3,7 +3,6 @@
 # intervals, a paired sign-flip test and reward-hacking guards. See olmpipe/evaluate.py.
 
 from olmpipe.evaluate import COMPARE_CODE as EVALUATE_COMPARE_CODE
-from olmpipe.evaluate import GENERATE_CODE as EVALUATE_GENERATE_CODE
 
 # Run folder of the trained model: the layout of BASELINE_RUN (baseline.smk; docs/architecture.md).
 EVALUATE_RUN = f"results/evaluate/{config['model']['name']}"
@@ -36,7 +35,7 @@ rule evaluate_generate:
         model=config["model"],
         generation=config["generation"],
         baseline=config["baseline"],
-        code=code_version(*EVALUATE_GENERATE_CODE),
+        code=code_version(*GENERATE_CODE),
     script:
         "../scripts/evaluate_generate.py"
 
