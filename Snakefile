@@ -6,7 +6,9 @@
 # Targets: `all` (default, the furthest stage) and one per stage: rasterize (pages + manifest),
 # validate (validated tests + page index), ... Stages live in workflow/rules/<stage>.smk, helpers
 # in workflow/rules/common.smk; all logic lives in the olmpipe package.
-from snakemake.utils import min_version, validate
+from snakemake.utils import min_version
+
+from olmpipe.config import check_workflow_config
 
 min_version("9.0")
 
@@ -14,10 +16,11 @@ min_version("9.0")
 configfile: "config/config.yaml"
 
 
-validate(config, "workflow/schemas/config.schema.yaml")
+check_workflow_config(config)
 
 
 include: "workflow/rules/common.smk"
+include: "workflow/rules/synth.smk"
 include: "workflow/rules/rasterize.smk"
 include: "workflow/rules/validate.smk"
 include: "workflow/rules/model.smk"

@@ -12,6 +12,13 @@ while the current one generates, so only what is not overlapped counts)::
     python benchmarks/generate.py                       # 8 pages, embedded-default decoding, 2 rounds
     python benchmarks/generate.py --pages 16 --max-new-tokens 128 --threads 1 2 --json out.json
     python benchmarks/generate.py --model /path/to/Qwen2.5-VL-folder --device cuda --dtype bfloat16
+    .venv-vllm/bin/python benchmarks/generate.py --threads 1 --vllm   # + vLLM on the same pages
+
+``--vllm`` (in the environment of ``scripts/setup.sh --vllm``, docs/vllm.md) adds a row for the
+vLLM backend on the same pages and settings, through the same stage code, with its engine started
+once before timing (as a model is loaded once for transformers); its ratio is to the first
+transformers row. vLLM's CPU build uses its own OpenMP threads (``VLLM_CPU_OMP_THREADS_BIND``,
+default all cores), not torch's thread count.
 
 The tiny model has random weights, so it never writes EOS: every page runs the whole temperature
 ladder (``--temperatures``, default the embedded config's) to ``--max-new-tokens``.
@@ -31,7 +38,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from olmpipe.config import load_config  # noqa: E402
+from olmpipe.config import load_config
 
 
 def render_pages(bench: Path, count: int, out: Path, longest_side: int) -> list[dict]:
@@ -73,6 +80,46 @@ def write_stage(out: Path, entries: list[dict]) -> tuple[Path, Path]:
     return index, tests
 
 
+def time_vllm(cfg: dict, model_path: Path, index: Path, tests: Path, work: Path, rounds: int,
+              dtype: str) -> list[dict]:
+    """Rounds of the same stage run through the vLLM backend, its engine started once beforehand."""
+    from olmpipe.baseline import run_generation_and_scoring
+    from olmpipe.generate.vllm_backend import VLLMBackend
+
+    gen = {**cfg["generation"], "backend": "vllm"}
+    gen["vllm"] = {**gen["vllm"], "max_model_len": min(4096, gen["vllm"]["max_model_len"])}
+    if dtype != "auto":
+        gen["vllm"]["dtype"] = dtype
+    t0 = time.perf_counter()
+    backend = VLLMBackend.from_config(model_path, gen)
+    start = time.perf_counter() - t0
+    vcfg = {**cfg, "generation": gen}
+    rows = []
+    try:
+        run_generation_and_scoring(  # warm-up, as for transformers
+            {**vcfg, "baseline": {**cfg["baseline"], "max_pages": 1}}, model_path, index, tests,
+            work / "vllm-warmup", backend=backend, model_name="bench",
+        )
+        for _ in range(rounds):
+            t0 = time.perf_counter()
+            summary = run_generation_and_scoring(
+                vcfg, model_path, index, tests, work / "vllm", backend=backend, model_name="bench"
+            )
+            total = time.perf_counter() - t0
+            rows.append({
+                "pages_per_s": summary.pages_per_s,
+                "generation_s": summary.generation_seconds,
+                "model_s": summary.model_seconds,
+                "outside_share": 1 - summary.model_seconds / summary.generation_seconds,
+                "encode_wait_s": 0.0,
+                "scoring_and_files_s": total - summary.generation_seconds,
+                "engine_start_s": start,
+            })
+    finally:
+        backend.close()
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--bench", default=str(REPO / "data" / "bench" / "olmocr-sample"))
@@ -95,6 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
     parser.add_argument("--longest-side", type=int, default=1288)
     parser.add_argument("--json", help="also write the results to this JSON file")
+    parser.add_argument("--vllm", action="store_true", help="also time the vLLM backend on the same pages")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
 
@@ -158,6 +206,9 @@ def main(argv: list[str] | None = None) -> int:
                         "scoring_and_files_s": total - summary.generation_seconds,
                     }
                 )
+        backend.close()
+        if args.vllm:
+            results["vllm"] = time_vllm(cfg, model_path, index, tests, work, args.rounds, args.dtype)
 
     best = {t: max(rows, key=lambda r: r["pages_per_s"]) for t, rows in results.items()}
     base = best[args.threads[0]]["pages_per_s"]
@@ -173,13 +224,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(header)
     print("-" * len(header))
-    for t in args.threads:
+    for t in results:
         r = best[t]
         print(
             f"{t:>7} {r['pages_per_s']:>9.3f} {r['pages_per_s'] / base if base else 0:>6.2f}x "
             f"{r['generation_s']:>8.2f} {r['model_s']:>8.2f} {r['outside_share']:>7.1%} "
             f"{r['encode_wait_s']:>10.2f} {r['scoring_and_files_s']:>10.2f}"
         )
+    if "vllm" in best:
+        print(f"vllm row: vLLM backend ({best['vllm']['engine_start_s']:.1f} s engine start, not counted)")
     if args.json:
         Path(args.json).write_text(
             json.dumps({"settings": vars(args), "best": best, "rounds": results}, indent=2)

@@ -23,6 +23,7 @@ there were.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import random
@@ -35,8 +36,18 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE = REPO / "data" / "bench" / "olmocr-sample"
 PARITY = REPO.parent / "shared" / "bench" / "parity-dev"
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "tests"))
+
+
+def test_helper(name: str):
+    """The test helper module ``tests/<name>.py``, loaded by its path.
+
+    olmpipe is imported as installed (``pip install -e .``); ``tests/`` is not put on ``sys.path``,
+    where its modules could shadow the package's. Only the page-index fixture is borrowed from it.
+    """
+    spec = importlib.util.spec_from_file_location(f"_olmpipe_tests_{name}", REPO / "tests" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def sample_pages() -> dict[tuple[str, int], list[dict]]:
@@ -112,7 +123,7 @@ class ConstantReward:
 def tiny_step(n_pages: int, generations: int, steps: int, max_len: int) -> float:
     """Seconds per GRPO step of the tiny model with a free reward (median of the steps after the first)."""
     import torch
-    from trainkit import make_page_index
+    make_page_index = test_helper("trainkit").make_page_index
 
     from olmpipe.config import load_config
     from olmpipe.tinymodel import build_tiny_model

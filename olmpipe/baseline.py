@@ -14,7 +14,9 @@ times with the configured backend, and writes to ``results/baseline/<model name>
 - ``scores.json`` / ``scores.csv`` (overall, per test type, per JSONL file, 95% interval) and
   ``verdicts.jsonl`` (one line per test and repeat), from :mod:`olmpipe.bench`;
 - ``summary.json``: run statistics (pages, EOS share, valid front matter share, failed pages,
-  tokens, throughput).
+  tokens, throughput; in the pipeline-compatible mode also ``pipeline``: pages retried on a
+  rotated image, kept rotations, fallback pages, see :func:`olmpipe.generate.pipeline.pipeline_counts`);
+- ``rotated/``: the rotated page images of the pipeline-compatible mode's rotation retries.
 
 Resume: every batch of records is appended to the journal ``generations.journal.jsonl`` as soon as
 it exists. A new run with ``baseline.resume`` keeps the journal lines whose settings fingerprint
@@ -44,6 +46,8 @@ from olmpipe.generate import (
     GenerationBackend,
     GenerationError,
     GenerationRecord,
+    PipelineMode,
+    PipelineSettings,
     backend_identity,
     iter_generate,
     make_backend,
@@ -51,6 +55,7 @@ from olmpipe.generate import (
 )
 from olmpipe.generate.base import file_sha256
 from olmpipe.generate.decoding import FAILURE_ERROR, settings_fingerprint
+from olmpipe.generate.pipeline import pipeline_counts
 from olmpipe.jsonl import read_page_index
 from olmpipe.workflow import GENERATE_CODE, code_version
 
@@ -89,6 +94,26 @@ class RunSummary:
     pages_per_s: float
     model_seconds: float
     overall: float | None
+    pipeline: dict[str, Any] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``summary.json`` object; ``pipeline`` only when the pipeline-compatible mode ran."""
+        data = asdict(self)
+        if data["pipeline"] is None:
+            del data["pipeline"]
+        return data
+
+
+def read_pipeline_counts(run_dir: str | Path) -> dict[str, Any] | None:
+    """The pipeline-mode counts of a run folder's ``summary.json`` (None: mode off, or no summary)."""
+    path = Path(run_dir) / "summary.json"
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        logger.warning("%s: no readable run summary (%s)", path, exc)
+        return None
+    counts = data.get("pipeline") if isinstance(data, dict) else None  # absent when the mode was off
+    return counts if isinstance(counts, dict) else None
 
 
 # ---------------------------------------------------------------- inputs
@@ -148,12 +173,27 @@ def load_eval_tests(tests_dir: str | Path, pages: Sequence[Mapping[str, Any]]) -
 
 
 def run_fingerprint(generation: Mapping[str, Any], model_path: str | Path) -> str:
-    """The fingerprint a finished generation must carry to be reused by a resumed run."""
+    """The fingerprint a finished generation must carry to be reused by a resumed run.
+
+    The pipeline-compatible mode's settings enter only when it is on, so that runs made with it
+    off keep the fingerprint they had before the mode existed (for the same code version).
+    """
+    extra: dict[str, Any] = {"code": code_version(*GENERATION_CODE)}
+    pipeline = PipelineSettings.from_config(generation)
+    if pipeline.enabled:
+        extra["pipeline"] = pipeline.fingerprint_fields()
     return settings_fingerprint(
-        DecodingSettings.from_config(generation),
-        backend_identity(generation, model_path),
-        {"code": code_version(*GENERATION_CODE)},
+        DecodingSettings.from_config(generation), backend_identity(generation, model_path), extra
     )
+
+
+def pdf_paths(pages: Sequence[Mapping[str, Any]]) -> dict[str, str]:
+    """pdf -> the PDF file (``<bench_dir>/pdfs/<pdf>``) of page index entries that name their bench."""
+    return {
+        str(p["pdf"]): str(Path(str(p["bench_dir"])) / "pdfs" / str(p["pdf"]))
+        for p in pages
+        if "bench_dir" in p
+    }
 
 
 def read_journal(path: Path) -> list[dict[str, Any]]:
@@ -307,6 +347,7 @@ def summarize(
         pages_per_s=round(generated / seconds, 4) if seconds > 0 and generated else 0.0,
         model_seconds=round(model_seconds, 3),
         overall=overall,
+        pipeline=pipeline_counts(records),
     )
 
 
@@ -338,6 +379,7 @@ def _generate_missing(
     model: str,
     fingerprint: str,
     progress: bool,
+    pipeline: PipelineMode | None = None,
 ) -> tuple[float, float]:
     """Generate ``todo``, appending each batch to ``journal`` and ``done``; returns (wall s, model s)."""
     t0 = time.perf_counter()
@@ -345,7 +387,13 @@ def _generate_missing(
     failed = 0
     with _progress(len(todo), progress) as bar, open(journal, "a", encoding="utf-8") as fh:
         for batch in iter_generate(
-            backend, todo, settings, image_hashes=image_hashes, model=model, fingerprint=fingerprint
+            backend,
+            todo,
+            settings,
+            image_hashes=image_hashes,
+            model=model,
+            fingerprint=fingerprint,
+            pipeline=pipeline,
         ):
             for record in batch:
                 fh.write(json.dumps(record.to_json(), ensure_ascii=False) + "\n")
@@ -440,6 +488,9 @@ def run_generation_and_scoring(
                 model=name,
                 fingerprint=fingerprint,
                 progress=stage["progress"],
+                pipeline=PipelineMode(
+                    PipelineSettings.from_config(generation), out / "rotated", pdf_paths(pages)
+                ),
             )
         finally:
             if owned:
@@ -469,7 +520,7 @@ def run_generation_and_scoring(
         model_seconds=model_seconds,
         overall=getattr(score, "overall", None),
     )
-    (out / "summary.json").write_text(json.dumps(asdict(summary), indent=2) + "\n", encoding="utf-8")
+    (out / "summary.json").write_text(json.dumps(summary.to_json(), indent=2) + "\n", encoding="utf-8")
     logger.info(
         "%s: %d generations (%d new, %.3f pages/s), %d without EOS, %d backend errors; overall %.4f",
         name,
@@ -480,16 +531,54 @@ def run_generation_and_scoring(
         summary.failed_error,
         summary.overall or 0.0,
     )
+    if summary.pipeline:
+        logger.info(
+            "%s: pipeline mode: %d accepted, %d retried on a rotated image, %d kept a rotation, "
+            "%d kept the last valid answer, %d fell back",
+            name,
+            summary.pipeline["accepted"],
+            summary.pipeline["rotation_retried"],
+            summary.pipeline["rotated"],
+            summary.pipeline["last_valid"],
+            summary.pipeline["fallback"],
+        )
     return summary
 
 
+def config_from_settings(settings: str, overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The validated config whose sections are those of ``settings``, a JSON object, plus ``overrides``.
+
+    How the workflow hands its already validated sections (``model``, ``generation``, ``baseline``,
+    Snakemake's ``--config`` overrides included) to ``python -m olmpipe.baseline`` and
+    ``python -m olmpipe.evaluate`` through ``shell:`` rules; sections not given get schema defaults.
+    Raises :class:`olmpipe.config.ConfigError` naming the problem.
+    """
+    from olmpipe.config import ConfigError, deep_update, validate_config
+
+    try:
+        raw = json.loads(settings)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"--settings: not valid JSON: {exc}") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"--settings: must be a JSON object of config sections, got {type(raw).__name__}")
+    return validate_config(deep_update(raw, overrides or {}))
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Command line: ``olmpipe baseline [--config C] [--model PATH] [--out DIR] [--threads N]``."""
+    """Command line: ``olmpipe baseline [--config C] [--model PATH] [--out DIR] [--threads N]``.
+
+    The workflow's ``baseline_generate`` rule runs this through ``shell:`` with ``--settings``;
+    not through ``script:``, because vLLM spawns its engine process, which re-imports the main
+    module: a Snakemake-generated script would run again there (docs/vllm.md).
+    """
     from olmpipe.config import ConfigError, load_config
     from olmpipe.workflow import model_dir
 
     parser = argparse.ArgumentParser(prog="olmpipe baseline", description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", help="config YAML (default config/config.yaml)")
+    parser.add_argument(
+        "--settings", metavar="JSON", help="config sections as one JSON object, instead of --config (workflow)"
+    )
     parser.add_argument(
         "--model", help="model folder (default: the config's model, results/model/tiny when embedded)"
     )
@@ -513,7 +602,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.no_progress:
         overrides["baseline"] = {"progress": False}
     try:
-        cfg = load_config(args.config, overrides)
+        cfg = config_from_settings(args.settings, overrides) if args.settings else load_config(args.config, overrides)
     except ConfigError as exc:
         logger.error("%s", exc)
         return 2

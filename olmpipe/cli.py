@@ -16,11 +16,13 @@ import sys
 COMMANDS: dict[str, tuple[str, str]] = {
     "bench": ("olmpipe.bench.cli", "score olmOCR-Bench folders and test files"),
     "rasterize": ("olmpipe.rasterize", "render PDF pages to PNG (stage 1)"),
+    "synth": ("olmpipe.synth.cli", "build a synthetic training bench from HTML pages (olmOCR 2 data)"),
     "validate": ("olmpipe.validate", "validate bench tests and build the page index (stage 2)"),
     "build-model": ("olmpipe.tinymodel", "build the embedded tiny Qwen2.5-VL"),
     "baseline": ("olmpipe.baseline", "generate and score with the base model (stage 3)"),
     "train": ("olmpipe.train", "GRPO training with unit-test rewards (stage 4)"),
     "soup": ("olmpipe.soup", "average the weights of several seeds"),
+    "plan": ("olmpipe.plan", "per-GPU memory plan of the training job (fits or what to change)"),
     "evaluate": ("olmpipe.evaluate", "score the trained model and compare with the baseline (stage 5)"),
     "report": ("olmpipe.report", "write the HTML report"),
 }

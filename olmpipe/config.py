@@ -17,7 +17,10 @@ import jsonschema
 import yaml
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-SCHEMA_PATH = REPO_ROOT / "workflow" / "schemas" / "config.schema.yaml"
+# The schema ships inside the package (package data), so an installed olmpipe validates configs
+# outside the repository. In the repository `olmpipe/config.schema.yaml` is a symlink to
+# `workflow/schemas/config.schema.yaml`, the file the Snakefile validates with; a wheel holds a copy.
+SCHEMA_PATH = Path(__file__).with_name("config.schema.yaml")
 DEFAULT_CONFIG_PATH = REPO_ROOT / "config" / "config.yaml"
 
 
@@ -66,7 +69,44 @@ def validate_config(config: Mapping[str, Any], schema: Mapping[str, Any] | None 
     errors = sorted(validator.iter_errors(filled), key=lambda e: list(e.absolute_path))
     if errors:
         raise ConfigError("invalid configuration:\n" + "\n".join(f"  - {_describe(e)}" for e in errors))
+    problems = grpo_problems(filled)
+    if problems:
+        raise ConfigError("invalid configuration:\n" + "\n".join(f"  - {p}" for p in problems))
     return filled
+
+
+def grpo_problems(config: Mapping[str, Any]) -> list[str]:
+    """``train.grpo`` and the per-seed overrides checked against TRL's GRPOConfig fields."""
+    from olmpipe.train.grpo_fields import check_knobs
+
+    train = config.get("train")
+    if not isinstance(train, Mapping):
+        return []
+    problems = check_knobs(train.get("grpo", {}), "train/grpo")
+    for i, override in enumerate(train.get("seed_overrides", [])):
+        problems += check_knobs(override.get("grpo", {}), f"train/seed_overrides/{i}/grpo")
+    return problems
+
+
+def check_workflow_config(config: dict[str, Any]) -> None:
+    """The Snakefile's config check: validate ``config`` in place (defaults filled in, as
+    ``snakemake.utils.validate`` does) and stop Snakemake with one line per problem.
+
+    ``snakemake.utils.validate`` prints jsonschema's full report after the useful line (the failing
+    part of the schema, 13 to 100 lines); this prints :func:`validate_config`'s lines, each naming
+    the key and the fix, and runs the checks that jsonschema cannot express. In the Snakefile::
+
+        from olmpipe.config import check_workflow_config
+        check_workflow_config(config)
+    """
+    from snakemake.exceptions import WorkflowError
+
+    try:
+        filled = validate_config(config)
+    except ConfigError as exc:
+        raise WorkflowError(str(exc)) from None
+    config.clear()
+    config.update(filled)
 
 
 def deep_update(base: dict[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:

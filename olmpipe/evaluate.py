@@ -3,6 +3,7 @@
     python -m olmpipe.evaluate --config config/config.yaml
     olmpipe evaluate --compare-only          # compare existing run folders only
     olmpipe evaluate --table results/evaluate/comparison.json   # print the console table again
+    python -m olmpipe.evaluate --generate-only --settings JSON ...  # step 1 only (rule evaluate_generate)
 
 Two steps:
 
@@ -95,6 +96,9 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(prog="olmpipe evaluate", description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", help="config YAML (default config/config.yaml)")
+    parser.add_argument(
+        "--settings", metavar="JSON", help="config sections as one JSON object, instead of --config (workflow)"
+    )
     parser.add_argument("--model", default=SOUP_MODEL, help="trained model folder (default: %(default)s)")
     parser.add_argument(
         "--pages", default="results/validate/pages.jsonl", help="page index (default: %(default)s)"
@@ -110,6 +114,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--compare-only", action="store_true", help="skip generation; compare existing folders"
     )
+    parser.add_argument(
+        "--generate-only", action="store_true", help="only generate and score the trained model (workflow)"
+    )
     parser.add_argument("--table", metavar="JSON", help="only print the console table of a comparison.json")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -117,7 +124,12 @@ def main(argv: list[str] | None = None) -> int:
         if args.table:
             sys.stdout.write(format_table(read_comparison(args.table)) + "\n")
             return 0
-        cfg = load_config(args.config)
+        if args.settings:
+            from olmpipe.baseline import config_from_settings
+
+            cfg = config_from_settings(args.settings)
+        else:
+            cfg = load_config(args.config)
     except (ConfigError, ComparisonError) as exc:
         log.error("%s", exc)
         return 2 if isinstance(exc, ConfigError) else 1
@@ -134,6 +146,8 @@ def main(argv: list[str] | None = None) -> int:
             except (BaselineError, GenerationError) as exc:
                 log.error("%s", exc)
                 return 1
+            if args.generate_only:
+                return 0
         comparison = compare_folders(cfg, baseline_dir, out_dir, args.json, args.csv)
     except ComparisonError as exc:
         log.error("%s", exc)

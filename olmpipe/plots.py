@@ -35,6 +35,8 @@ GAIN_COLOR, LOSS_COLOR = "#2ca02c", "#d62728"
 STEP_KEYS = ("step", "global_step")
 REWARD_KEYS = ("reward", "train/reward")
 BENCH_KEYS = ("rewards/bench_reward/mean", "rewards/bench_macro_reward/mean", "bench/pass_rate")
+# the total reward on the eval split during training (``train.grpo.eval_strategy``), when logged
+EVAL_KEYS = ("eval_reward", "eval/reward")
 
 
 class PlotError(ValueError):
@@ -69,11 +71,13 @@ def plot_rewards(
     soup_score: float | None = None,
     baseline_score: float | None = None,
     bench_curves: Mapping[str, Sequence[tuple[float, float]]] | None = None,
+    eval_curves: Mapping[str, Sequence[tuple[float, float]]] | None = None,
 ) -> Path:
     """Reward per step for each seed (``curves``: label -> points), the soup marked.
 
     ``bench_curves`` (same labels) are the unit-test reward alone, drawn dashed in the seed's
-    colour. The last point of each seed is circled (the weights that go into the soup);
+    colour; ``eval_curves`` the total reward on the eval split during training, drawn as squares
+    on a dotted line. The last point of each seed is circled (the weights that go into the soup);
     ``soup_score`` and ``baseline_score`` (eval overall scores) are drawn as horizontal lines.
     """
     fig = Figure(figsize=(7, 4), layout="constrained")
@@ -90,6 +94,10 @@ def plot_rewards(
             bx, by = zip(*bench_curves[label])
             ax.plot(bx, by, linestyle="--", linewidth=1, color=line.get_color(),
                     label=f"{label}: unit-test reward")  # fmt: skip
+        if (eval_curves or {}).get(label):
+            ex, ey = zip(*eval_curves[label])
+            ax.plot(ex, ey, linestyle=":", marker="s", linewidth=1, color=line.get_color(),
+                    label=f"{label}: eval reward")  # fmt: skip
     if soup_score is not None:
         ax.axhline(soup_score, color="black", linestyle="-.", linewidth=1.5,
                    label=f"soup, eval overall {100 * soup_score:.1f}%")  # fmt: skip
@@ -186,17 +194,18 @@ def write_plots(
     (the baseline-only report has no training curves).
     """
     out_dir = Path(out_dir)
-    curves, bench = {}, {}
+    curves, bench, evals = {}, {}, {}
     for label, path in metrics.items():
         if Path(path).is_file():
             curves[label] = read_reward_curve(path)
             bench[label] = read_reward_curve(path, BENCH_KEYS)
+            evals[label] = read_reward_curve(path, EVAL_KEYS)
         else:
             log.warning("no training metrics at %s; the reward plot leaves %s out", path, label)
     overall = next(r for r in comparison["rows"] if r["scope"] == "overall")
     return {
         "rewards": plot_rewards(
-            curves, out_dir / "rewards.png", overall["trained"], overall["baseline"], bench
+            curves, out_dir / "rewards.png", overall["trained"], overall["baseline"], bench, evals
         ),
         "type_rates": plot_type_rates(comparison, out_dir / "type_rates.png"),
         "page_change": plot_page_change(comparison, out_dir / "page_change.png"),

@@ -1,7 +1,11 @@
 """Stage 1: render every page of a bench's PDFs to PNG with pypdfium2, plus a manifest per PDF.
 
 One call of :func:`rasterize_pdf` renders one PDF into its own folder (``pg{page}.png`` and
-``manifest.json``), so Snakemake can run one job per PDF and re-render only PDFs that changed.
+``manifest.json``). :func:`rasterize_pdfs` renders a whole bench in one process (or a pool of
+``workers``) and reuses every folder whose manifest already records the same PDF bytes (sha256),
+longest side, bench and rasterize code version, so a changed PDF re-renders only that PDF; the
+Snakemake rule ``rasterize`` is one such job, because one job per PDF paid a Python start and the
+package imports per PDF, ~3x the rendering itself (``benchmarks/rasterize_scale.py``).
 :func:`merge_manifests` joins the per-PDF manifests into ``manifest.jsonl``. Pages are rendered
 once here instead of inside a training dataset every epoch.
 
@@ -9,7 +13,7 @@ Run without Snakemake (renders every PDF of a bench folder, then merges)::
 
     python -m olmpipe.rasterize data/bench/olmocr-sample --out results/rasterize --longest-side 1288
 
-A corrupt, encrypted or zero-page PDF raises :class:`RasterizeError` naming the file, or with
+A corrupt, encrypted, empty (0-byte) or zero-page PDF raises :class:`RasterizeError` naming the file, or with
 ``on_error="skip"`` is recorded in its manifest with ``status: "skipped"`` and the reason.
 """
 
@@ -20,9 +24,13 @@ import hashlib
 import json
 import logging
 import math
+import multiprocessing
 import re
 import sys
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Literal
 
@@ -61,6 +69,8 @@ class PdfManifest:
     ``pdf`` is the PDF's path relative to the bench's ``pdfs/`` folder (the tests' ``pdf`` field).
     ``status`` is ``"ok"`` or ``"skipped"``; ``error`` says why a PDF was skipped. ``bench_dir`` is
     the bench folder the PDF belongs to (the workflow may read a train and an eval bench).
+    ``code`` is the rasterize code version that rendered it (:func:`rasterize_pdfs` re-renders a
+    folder whose code version differs); ``None`` when the caller gave none.
     """
 
     pdf: str
@@ -70,6 +80,7 @@ class PdfManifest:
     longest_side: int
     pages: list[PageImage] = field(default_factory=list)
     bench_dir: str | None = None
+    code: str | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -133,6 +144,8 @@ def _open(pdf_path: Path) -> pdfium.PdfDocument:
     """Open a PDF or raise :class:`RasterizeError` with the reason (corrupt, encrypted, no pages)."""
     if not pdf_path.is_file():
         raise RasterizeError(f"{pdf_path}: no such PDF file")
+    if pdf_path.stat().st_size == 0:  # pdfium calls it corrupt; say what it is
+        raise RasterizeError(f"{pdf_path}: the file is empty (0 bytes); an interrupted copy or download?")
     try:
         doc = pdfium.PdfDocument(str(pdf_path))
     except pdfium.PdfiumError as exc:
@@ -151,11 +164,15 @@ def rasterize_pdf(
     longest_side: int,
     on_error: OnError = "error",
     bench_dir: str | None = None,
+    code: str | None = None,
 ) -> PdfManifest:
     """Render every page of ``pdf_path`` to ``out_dir/pg{page}.png`` and write ``out_dir/manifest.json``.
 
-    ``pdf_id`` is the PDF's path relative to the bench's ``pdfs/`` folder, recorded in the manifest.
-    The manifest is written last, so its presence marks a complete folder.
+    ``pdf_id`` is the PDF's path relative to the bench's ``pdfs/`` folder, recorded in the manifest
+    with ``code`` (the rasterize code version). An existing manifest is removed first and written
+    last, so its presence marks a complete folder; pages of an earlier render that the PDF no longer
+    has (``pg{n}.png`` beyond its page count) are removed, as Snakemake removed the whole folder of a
+    job before rerunning it.
 
     >>> m = rasterize_pdf("data/bench/olmocr-sample/pdfs/mattsnotes.pdf", "/tmp/mn",
     ...                   pdf_id="mattsnotes.pdf", longest_side=256)  # doctest: +SKIP
@@ -166,9 +183,10 @@ def rasterize_pdf(
         raise ValueError(f"on_error must be 'error' or 'skip', got {on_error!r}")
     pdf_path, out_dir = Path(pdf_path), Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / MANIFEST_NAME).unlink(missing_ok=True)
     sha = file_sha256(pdf_path) if pdf_path.is_file() else None
     manifest = PdfManifest(pdf=pdf_id, sha256=sha, status="ok", error=None, longest_side=longest_side,
-                           bench_dir=bench_dir)
+                           bench_dir=bench_dir, code=code)
     try:
         doc = _open(pdf_path)
         try:
@@ -179,9 +197,11 @@ def rasterize_pdf(
         if on_error == "error":
             raise
         logger.warning("skipping %s", exc)
-        for stale in out_dir.glob("pg*.png"):
-            stale.unlink()
         manifest.status, manifest.error, manifest.pages = "skipped", str(exc), []
+    current = {Path(p.image).name for p in manifest.pages}
+    for stale in out_dir.glob("pg*.png"):
+        if stale.name not in current:
+            stale.unlink()
     _write_json(out_dir / MANIFEST_NAME, manifest.to_dict())
     logger.info("%s: %s, %d page(s) at longest side %d", pdf_id, manifest.status, len(manifest.pages),
                 longest_side)
@@ -251,28 +271,119 @@ def read_merged_manifest(path: str | Path) -> list[PdfManifest]:
         return [PdfManifest.from_dict(json.loads(line)) for line in fh if line.strip()]
 
 
+@dataclass(frozen=True)
+class PdfJob:
+    """One PDF to render: its file, its id (path under ``pdfs/``), its page folder and bench folder."""
+
+    pdf_path: str
+    pdf_id: str
+    out_dir: str
+    bench_dir: str | None = None
+
+
+def reusable_manifest(job: PdfJob, *, longest_side: int, code: str | None) -> PdfManifest | None:
+    """The manifest of ``job.out_dir`` if it is a complete render of the same input, else ``None``.
+
+    Same input means: status ``ok``, the same PDF id, bench, longest side and code version, the
+    sha256 of the PDF's current bytes, and every listed PNG still present. A skipped PDF is never
+    reused (trying it again is cheap and picks up a changed ``on_error``).
+    """
+    try:
+        manifest = read_manifest(job.out_dir)
+    except (OSError, ValueError, TypeError, KeyError):
+        return None
+    same = (manifest.status == "ok" and manifest.pdf == job.pdf_id and manifest.bench_dir == job.bench_dir
+            and manifest.longest_side == longest_side and manifest.code == code)
+    if not same or not Path(job.pdf_path).is_file() or manifest.sha256 != file_sha256(job.pdf_path):
+        return None
+    return manifest if all(Path(p.image).is_file() for p in manifest.pages) else None
+
+
+def _render_job(job: PdfJob, *, longest_side: int, on_error: OnError,
+                code: str | None) -> tuple[dict | None, str | None, bool]:
+    """Pool task: reuse or render one PDF; returns (manifest dict, error message, reused).
+
+    A :class:`RasterizeError` comes back as a message so that one bad PDF does not stop the others.
+    """
+    reused = reusable_manifest(job, longest_side=longest_side, code=code)
+    if reused is not None:
+        return reused.to_dict(), None, True
+    try:
+        manifest = rasterize_pdf(job.pdf_path, job.out_dir, pdf_id=job.pdf_id, longest_side=longest_side,
+                                 on_error=on_error, bench_dir=job.bench_dir, code=code)
+    except RasterizeError as exc:
+        return None, str(exc), False
+    return manifest.to_dict(), None, False
+
+
+def rasterize_pdfs(
+    jobs: list[PdfJob], *, longest_side: int, on_error: OnError = "error", code: str | None = None,
+    workers: int = 1,
+) -> list[PdfManifest]:
+    """Render many PDFs in this process (``workers=1``) or a pool of ``workers`` processes.
+
+    A folder whose manifest matches its PDF (:func:`reusable_manifest`) is kept as it is, so a rerun
+    after one PDF changed renders that PDF only. Every PDF is tried; with ``on_error="error"`` the
+    failures are then raised together in one :class:`RasterizeError` (one line per PDF), after the
+    good PDFs' folders are complete. Returns the manifests in the order of ``jobs``.
+    """
+    if on_error not in ("error", "skip"):
+        raise ValueError(f"on_error must be 'error' or 'skip', got {on_error!r}")
+    render = partial(_render_job, longest_side=longest_side, on_error=on_error, code=code)
+    if workers <= 1 or len(jobs) <= 1:
+        results = [render(job) for job in jobs]
+    else:
+        # fork, not spawn: a spawned worker re-runs the caller's __main__ (a Snakemake script, which
+        # needs its `snakemake` object) and pays the imports again. The parent opens no PDF before
+        # forking, so the workers start from pdfium's clean initialised state. Chunks amortise the
+        # per-task overhead.
+        context = multiprocessing.get_context("fork")
+        try:
+            with ProcessPoolExecutor(max_workers=min(workers, len(jobs)), mp_context=context) as pool:
+                results = list(pool.map(render, jobs, chunksize=max(1, min(16, len(jobs) // (4 * workers)))))
+        except BrokenProcessPool as exc:
+            raise RasterizeError(f"a rendering process died ({exc}); killed for memory? A rerun keeps the "
+                                 "PDFs already rendered") from exc
+    errors = [error for _, error, _ in results if error]
+    reused = sum(r for _, _, r in results)
+    manifests = [PdfManifest.from_dict(data) for data, _, _ in results if data is not None]
+    logger.info("%d PDF(s): %d rendered, %d reused unchanged, %d failed (%d worker(s))", len(jobs),
+                len(jobs) - reused - len(errors), reused, len(errors), max(1, workers))
+    if errors:
+        raise RasterizeError("\n".join(errors) if len(errors) == 1 else
+                             f"{len(errors)} PDFs cannot be rendered:\n" + "\n".join(errors))
+    return manifests
+
+
+def bench_jobs(bench_dir: str | Path, pages_root: str | Path) -> list[PdfJob]:
+    """One :class:`PdfJob` per PDF of a bench folder, its pages under ``pages_root/<stem>/``."""
+    from olmpipe.workflow import clean_dir, page_dir_for, pdf_files, pdf_path_for
+
+    return [PdfJob(pdf_path_for(bench_dir, stem, pdf_id), pdf_id, str(page_dir_for(stem, root=pages_root)),
+                   clean_dir(bench_dir))
+            for stem, pdf_id in pdf_files(bench_dir).items()]
+
+
 def rasterize_bench(
-    bench_dir: str | Path, out_dir: str | Path, *, longest_side: int, on_error: OnError
+    bench_dir: str | Path, out_dir: str | Path, *, longest_side: int, on_error: OnError, workers: int = 1
 ) -> list[PdfManifest]:
     """Render every PDF of a bench folder into ``out_dir/pages/<pdf>/`` and write ``out_dir/manifest.jsonl``.
 
-    The same layout as the Snakemake rules produce, for use without Snakemake.
+    The same layout, code version and reuse as the Snakemake rule ``rasterize``, without Snakemake.
     """
-    from olmpipe.workflow import clean_dir, discover_pdfs, page_dir_for, pdf_path_for
+    from olmpipe.workflow import RASTERIZE_CODE, code_version
 
     out_dir = Path(out_dir)
-    dirs = []
-    for stem in discover_pdfs(bench_dir):
-        target = page_dir_for(stem, root=out_dir / "pages")
-        rasterize_pdf(pdf_path_for(bench_dir, stem), target, pdf_id=f"{stem}.pdf",
-                      longest_side=longest_side, on_error=on_error, bench_dir=clean_dir(bench_dir))
-        dirs.append(target)
-    return merge_manifests(dirs, out_dir / "manifest.jsonl")
+    jobs = bench_jobs(bench_dir, out_dir / "pages")
+    rasterize_pdfs(jobs, longest_side=longest_side, on_error=on_error, code=code_version(*RASTERIZE_CODE),
+                   workers=workers)
+    return merge_manifests([job.out_dir for job in jobs], out_dir / "manifest.jsonl")
 
 
 def main(argv: list[str] | None = None) -> int:
     """Command line: render a bench folder (all PDFs, or those given with ``--pdf``)."""
     from olmpipe.config import ConfigError, load_config
+    from olmpipe.workflow import BenchLayoutError
 
     parser = argparse.ArgumentParser(prog="olmpipe rasterize", description=__doc__.split("\n\n")[0])
     parser.add_argument("bench_dir", nargs="?", help="bench folder (default: bench.dir of the config)")
@@ -280,6 +391,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", help="config YAML whose rasterize section gives the defaults")
     parser.add_argument("--longest-side", type=int, help="longest side in pixels (overrides the config)")
     parser.add_argument("--on-error", choices=["error", "skip"], help="overrides rasterize.on_error")
+    parser.add_argument("--workers", type=int, default=1, help="rendering processes (default: %(default)s)")
     parser.add_argument("-v", "--verbose", action="store_true")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
@@ -293,8 +405,8 @@ def main(argv: list[str] | None = None) -> int:
     longest_side = args.longest_side or cfg["rasterize"]["longest_side"]
     on_error = args.on_error or cfg["rasterize"]["on_error"]
     try:
-        rasterize_bench(bench_dir, args.out, longest_side=longest_side, on_error=on_error)
-    except RasterizeError as exc:
+        rasterize_bench(bench_dir, args.out, longest_side=longest_side, on_error=on_error, workers=args.workers)
+    except (RasterizeError, FileNotFoundError, BenchLayoutError) as exc:
         logger.error("%s", exc)
         return 1
     return 0

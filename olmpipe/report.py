@@ -215,6 +215,36 @@ def _guards_section(guards: Mapping[str, Any]) -> str:
     return "<table class='kv'>" + "".join(f"<tr><th>{k}</th><td>{v}</td></tr>" for k, v in rows) + "</table>"
 
 
+def _generation_section(baseline_dir: str | Path | None, trained_dir: str | Path | None) -> str:
+    """How olmOCR's pipeline-compatible mode treated the pages of each run (``summary.json`` counts).
+
+    One row per run: generations, accepted answers, generations retried on a rotated page image,
+    kept answers made from a rotated image (by angle), last valid answers kept although their
+    rotation flag stayed false, and fallback pages (scored with the fallback text).
+    """
+    from olmpipe.baseline import read_pipeline_counts
+
+    runs = [("baseline", baseline_dir), ("trained", trained_dir)]
+    counts = [(name, read_pipeline_counts(d) if d else None) for name, d in runs]
+    if not any(c for _, c in counts):
+        return "<p class='muted'>olmOCR pipeline-compatible mode off: one answer per page on the plain temperature ladder.</p>"
+    head = ("<tr><th>run</th><th>generations</th><th>accepted</th><th>rotated and retried</th>"
+            "<th>kept a rotation</th><th>kept last valid answer</th><th>fell back</th></tr>")  # fmt: skip
+    rows = []
+    for name, c in counts:
+        if not c:
+            rows.append(f"<tr><td>{name}</td><td colspan='6' class='muted'>mode off</td></tr>")
+            continue
+        angles = ", ".join(f"{n}&times;{escape(a)}&deg;" for a, n in c["rotated_by_angle"].items())
+        errors = f" <small>({c['fallback_errors']} without text)</small>" if c["fallback_errors"] else ""
+        rows.append(
+            f"<tr><td>{name}</td><td>{c['generations']}</td><td>{c['accepted']}</td>"
+            f"<td>{c['rotation_retried']}</td><td>{c['rotated']}{f' <small>({angles})</small>' if angles else ''}</td>"
+            f"<td>{c['last_valid']}</td><td>{c['fallback']}{errors}</td></tr>"
+        )
+    return f"<table>{head}{''.join(rows)}</table>"
+
+
 def _first_texts(run_dir: str | Path | None) -> dict[tuple[str, int], tuple[str, int]]:
     """(pdf, page) -> (text of the lowest repeat, number of repeats) of a run's generations."""
     if run_dir is None or not (Path(run_dir) / "generations.jsonl").is_file():
@@ -344,6 +374,7 @@ def build_report(
         scores=_scores_table(comparison),
         figures=figures or "<p class='muted'>no plots</p>",
         guards=_guards_section(comparison["guards"]),
+        generation=_generation_section(baseline_dir, trained_dir),
         samples=_page_samples(
             comparison, settings, pages_index, baseline_dir, trained_dir, describe_tests(tests_dir)
         ),

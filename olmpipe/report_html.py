@@ -63,6 +63,11 @@ verdict went fail &rarr; pass / pass &rarr; fail.</p>
 {figures}
 <h2>Reward-hacking guards</h2>
 {guards}
+<h2>Generation: rotation retries and fallback pages</h2>
+<p class="muted">olmOCR's pipeline-compatible mode (generation.pipeline): an answer asking for a
+rotation re-renders the page rotated and retries; a page with no usable answer falls back (scored
+with the fallback text, empty as olmOCR-Bench's runner does). Counts per generation (page and repeat).</p>
+{generation}
 <h2>Sample pages</h2>
 <p class="muted">Largest gains first, then largest losses. Each test's verdict is the majority over repeats
 (passes / repeats).</p>

@@ -9,10 +9,17 @@ the same classes as Qwen2.5-VL-7B, saved as an ordinary Hugging Face folder, and
 
 Facts this module works around (transformers 5.x on a CPU-only torch without torchvision):
 - the stock Qwen2.5-VL processor requires a video processor, which needs torchvision; the
-  :class:`ImageOnlyQwen25VLProcessor` subclass takes none and uses the PIL image processor;
+  :class:`ImageOnlyQwen25VLProcessor` subclass takes none and uses the PIL image processor. It
+  saves itself as the stock processor (``processor_class: Qwen2_5_VLProcessor`` with a video
+  processor section), so that vLLM, whose Qwen2.5-VL code loads the full processor through
+  ``AutoProcessor``, can load the folder where torchvision is installed (docs/vllm.md);
 - the model config's image/video/vision token ids must equal the tokenizer's ids;
 - the text model's ``mrope_section`` must sum to ``head_dim / 2``;
-- the vision tower's ``out_hidden_size`` must equal the text hidden size.
+- the vision tower's ``out_hidden_size`` must equal the text hidden size;
+- vLLM's CPU attention rejects small head sizes (``head_dim=16``: "Unsupported CPU attention
+  configuration"); the text model therefore uses heads of 64 (:data:`TEXT_HEAD_DIM`) wherever
+  ``hidden_size`` allows it: one head at the default ``hidden_size`` 64, which keeps the weights
+  (and a CPU training step) the size they were with four heads of 16.
 """
 
 from __future__ import annotations
@@ -66,6 +73,28 @@ CHAT_TEMPLATE = (
 TINY_MAX_PIXELS = 256 * 28 * 28 // 4
 TINY_MIN_PIXELS = 16 * 28 * 28
 
+# Head size of the text model's attention: one vLLM's CPU attention supports (it rejects 16).
+TEXT_HEAD_DIM = 64
+
+# The video section of the saved processor (transformers' Qwen2VLVideoProcessor defaults of
+# Qwen2.5-VL-7B-Instruct's video_preprocessor_config.json). The tiny model never sees videos, but
+# the stock processor, which vLLM loads, cannot be built without one.
+VIDEO_PROCESSOR = {
+    "video_processor_type": "Qwen2VLVideoProcessor",
+    "do_convert_rgb": True,
+    "do_normalize": True,
+    "do_rescale": True,
+    "do_resize": True,
+    "image_mean": [0.48145466, 0.4578275, 0.40821073],
+    "image_std": [0.26862954, 0.26130258, 0.27577711],
+    "merge_size": 2,
+    "patch_size": 14,
+    "temporal_patch_size": 2,
+    "rescale_factor": 0.00392156862745098,
+    "size": {"longest_edge": 12845056, "shortest_edge": 3136},
+    "resample": 3,
+}
+
 
 @dataclass(frozen=True)
 class TinySpec:
@@ -75,7 +104,7 @@ class TinySpec:
     hidden_size: int = 64
     num_layers: int = 2
     vocab_size: int = 1024
-    num_heads: int = 4
+    num_heads: int = 1
     vision_hidden_size: int = 32
     vision_depth: int = 2
     vision_heads: int = 2
@@ -88,11 +117,15 @@ def _training_corpus(extra_texts: list[str] | None) -> list[str]:
     for md in sorted(root.glob("**/*.md")):
         corpus.append(md.read_text(encoding="utf-8", errors="replace"))
     corpus += [
-        "---\nprimary_language: en\nis_rotation_valid: True\nrotation_correction: 0\n"
-        "is_table: False\nis_diagram: False\n---\n",
-        "Attached is one page of a document that you must process. Just return the plain text "
-        "representation of this document as if you were reading it naturally. Convert equations "
-        "to LateX and tables to HTML.",
+        (
+            "---\nprimary_language: en\nis_rotation_valid: True\nrotation_correction: 0\n"
+            "is_table: False\nis_diagram: False\n---\n"
+        ),
+        (
+            "Attached is one page of a document that you must process. Just return the plain text "
+            "representation of this document as if you were reading it naturally. Convert equations "
+            "to LateX and tables to HTML."
+        ),
         "| a | b |\n|---|---|\n| 1 | 2 |\n<table><tr><th>x</th><td>y</td></tr></table>\n",
         "$$ \\frac{a}{b} = \\sum_{i=0}^{n} x_i^2 $$ \\( \\alpha + \\beta \\) # Heading **bold** *it*",
         "abcdefghijklmnopqrstuvwxyz ABCDEFGHIJKLMNOPQRSTUVWXYZ 0123456789 .,;:!?()[]{}<>/\\|-_=+*&^%$#@~`'\"",
@@ -147,6 +180,25 @@ def _processor_class():
             self.video_token_id = tokenizer.convert_tokens_to_ids(self.video_token)
             ProcessorMixin.__init__(self, image_processor, tokenizer, chat_template=chat_template)
 
+        def to_dict(self):
+            """Saved as the stock processor (with a video section) so stock loaders (vLLM) read it."""
+            out = super().to_dict()
+            out["processor_class"] = "Qwen2_5_VLProcessor"
+            out.setdefault("video_processor", dict(VIDEO_PROCESSOR))
+            return out
+
+        def save_pretrained(self, save_directory, *args, **kwargs):
+            """Save as :class:`Qwen2_5_VLProcessor` would, tokenizer config included."""
+            saved = super().save_pretrained(save_directory, *args, **kwargs)
+            tok_config = Path(save_directory) / "tokenizer_config.json"
+            if tok_config.exists():
+                data = json.loads(tok_config.read_text(encoding="utf-8"))
+                if data.get("processor_class") == type(self).__name__:
+                    data["processor_class"] = "Qwen2_5_VLProcessor"
+                    tok_config.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n",
+                                          encoding="utf-8")
+            return saved
+
     return ImageOnlyQwen25VLProcessor
 
 
@@ -172,8 +224,11 @@ def build_model_config(spec: TinySpec, tokenizer):
 
     ids = {t: tokenizer.convert_tokens_to_ids(t) for t in SPECIAL_TOKENS}
     head_dim = spec.hidden_size // spec.num_heads
-    quarter = head_dim // 4
-    mrope = [head_dim // 2 - 2 * quarter, quarter, quarter]  # sums to head_dim / 2
+    # Temporal, height, width rotary sections summing to head_dim / 2, in Qwen2.5-VL-7B's
+    # proportions (16, 24, 24 of 64): 8, 12, 12 for heads of 64.
+    half = head_dim // 2
+    spatial = (half - half // 4) // 2
+    mrope = [half - 2 * spatial, spatial, spatial]
     text_config = {
         "vocab_size": len(tokenizer),
         "hidden_size": spec.hidden_size,
@@ -211,6 +266,15 @@ def build_model_config(spec: TinySpec, tokenizer):
     )
 
 
+def text_heads(hidden_size: int) -> int:
+    """Attention heads of the text model: heads of :data:`TEXT_HEAD_DIM` where ``hidden_size`` allows.
+
+    ``hidden_size`` 64 gives one head of 64, 128 two; a size that is no multiple of 64 (e.g. 32 in
+    tests) gets one head of its own size, which transformers runs but vLLM's CPU attention may not.
+    """
+    return max(1, hidden_size // TEXT_HEAD_DIM) if hidden_size % TEXT_HEAD_DIM == 0 else 1
+
+
 def build_tiny_model(
     out_dir: str | Path,
     *,
@@ -226,9 +290,10 @@ def build_tiny_model(
     import torch
     from transformers import GenerationConfig, Qwen2_5_VLForConditionalGeneration
 
-    spec = TinySpec(seed=seed, hidden_size=hidden_size, num_layers=num_layers, vocab_size=vocab_size)
-    if spec.hidden_size % spec.num_heads or (spec.hidden_size // spec.num_heads) % 8:
-        raise ValueError(f"hidden_size must be a multiple of {spec.num_heads * 8}, got {hidden_size}")
+    spec = TinySpec(seed=seed, hidden_size=hidden_size, num_layers=num_layers, vocab_size=vocab_size,
+                    num_heads=text_heads(hidden_size))
+    if hidden_size % 8:
+        raise ValueError(f"hidden_size must be a multiple of 8, got {hidden_size}")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     tokenizer = build_tokenizer(spec)

@@ -4,7 +4,10 @@ Every test file (``*.jsonl``) of the bench is loaded with :func:`olmpipe.bench.l
 (schema: known type, known and typed fields, non-empty texts, ``max_diffs`` bounds, malformed
 JSON, duplicate ids within a file). This stage adds the checks that need the whole bench:
 
-- duplicate ids across files (the first occurrence is kept);
+- duplicate ids across files: every copy is dropped and the stage fails even with
+  ``on_invalid: drop`` (a *fatal* problem), because which copy is the real test cannot be told and
+  a new file must not silently replace a test of another (olmOCR-Bench keys verdicts by id);
+- a bench folder that does not exist (fatal as well);
 - ``pdf`` is a relative path that stays inside ``pdfs/`` (no ``..``, not absolute) and exists;
 - ``page`` exists in the PDF (page counts come from the rasterize manifest);
 - a math test's equation renders with KaTeX (``check_math``);
@@ -12,9 +15,11 @@ JSON, duplicate ids within a file). This stage adds the checks that need the who
 
 All problems go into one report, each with file, line, test id and reason. With
 ``on_invalid: error`` any problem fails the stage (:class:`ValidationFailed`); with ``drop`` the
-outputs hold only the good tests. Outputs (see docs/architecture.md): ``tests/<file>.jsonl``
-(the original lines of the good tests; an eval bench's files under ``tests/eval/``),
-``report.json`` and ``pages.jsonl`` (one line per page with at least one good test).
+outputs hold only the good tests (fatal problems fail it either way). Outputs (see
+docs/architecture.md): ``tests/<file>.jsonl`` (the original lines of the good tests; an eval bench's
+files under ``tests/eval/``), ``report.json`` and ``pages.jsonl`` (one line per page with at least
+one good test). They are written into a temporary folder beside them and then moved into place,
+so a stage that cannot write (read-only folder, full disk) leaves the previous outputs as they were.
 
 Run without Snakemake (after ``python -m olmpipe.rasterize``)::
 
@@ -26,7 +31,10 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
+import shutil
 import sys
+import tempfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path, PurePosixPath
@@ -84,6 +92,8 @@ class ValidationResult:
     kept: dict[str, list[str]]
     pages: list[PageEntry]
     counts: dict[str, int] = field(default_factory=dict)
+    # the problems that fail the stage whatever validate.on_invalid says (also in ``problems``)
+    fatal: list[Problem] = field(default_factory=list)
 
     def report(self, settings: Mapping[str, Any]) -> dict[str, Any]:
         return {
@@ -140,13 +150,20 @@ class _Good:
 
 @dataclass
 class _Seen:
-    """First occurrence of a test id across all files: (file, line)."""
+    """First occurrence of a test id across all files: (file, line); the ids found more than once
+    and the problems that fail the stage whatever ``on_invalid`` says."""
 
     ids: dict[str, tuple[str, int | None]] = field(default_factory=dict)
+    duplicated: set[str] = field(default_factory=set)
+    fatal: list[Problem] = field(default_factory=list)
 
 
 def _read_lines(path: Path) -> list[str]:
     return path.read_bytes().decode("utf-8", errors="replace").split("\n")
+
+
+_DUPLICATE_HINT = ("ids must be unique across the bench's test files; neither copy is used and the stage "
+                   "fails even with validate.on_invalid: drop, since it cannot tell which copy is the real test")
 
 
 def _test_problems(test, file_path: str, bench_dir: str, manifests: Mapping[str, PdfManifest],
@@ -159,7 +176,11 @@ def _test_problems(test, file_path: str, bench_dir: str, manifests: Mapping[str,
 
     first = seen.ids.get(test.id)
     if first is not None:
-        add(f"duplicate test id (first defined in {first[0]} line {first[1]})")
+        seen.duplicated.add(test.id)
+        add(f"duplicate test id (also defined in {first[0]} line {first[1]}); {_DUPLICATE_HINT}")
+        found.append(Problem(first[0], first[1], test.id,
+                             f"duplicate test id (also defined in {file_path} line {test.line}); {_DUPLICATE_HINT}"))
+        seen.fatal += found[-2:]
     else:
         seen.ids[test.id] = (file_path, test.line)
     reason = check_pdf_field(test.pdf)
@@ -169,7 +190,9 @@ def _test_problems(test, file_path: str, bench_dir: str, manifests: Mapping[str,
     pdf_root = Path(bench_dir) / "pdfs"
     manifest = manifests.get(test.pdf)
     if manifest is None:
-        add(f"PDF {test.pdf!r} does not exist in {pdf_root}")
+        same = [pdf for pdf in manifests if pdf.lower() == test.pdf.lower()]
+        hint = f" (the PDF is named {same[0]!r}; the name must match exactly)" if same else ""
+        add(f"PDF {test.pdf!r} does not exist in {pdf_root}{hint}")
     elif not (pdf_root / test.pdf).resolve().is_relative_to(pdf_root.resolve()):
         add(f"PDF {test.pdf!r} resolves outside {pdf_root} (symbolic link)")
     elif manifest.status != "ok":
@@ -204,6 +227,12 @@ def validate_benches(
     good: list[_Good] = []
     read = 0
     for bench in bench_list:
+        if not Path(bench.dir).is_dir():
+            missing = Problem(bench.dir, None, None, "bench folder does not exist (a relative path is read "
+                              f"from the working directory, {Path.cwd()})")
+            problems.append(missing)
+            seen.fatal.append(missing)
+            continue
         files = bench_test_files(bench.dir)
         if not files:
             problems.append(Problem(bench.dir, None, None, "no *.jsonl test files in the bench folder"))
@@ -220,6 +249,8 @@ def validate_benches(
                     problems += found
                 else:
                     good.append(_Good(bench, out_name, file_path, test, raw_lines[test.line - 1].strip()))
+    if seen.duplicated:
+        good = [g for g in good if g.test.id not in seen.duplicated]
     if check_math:
         good = _check_math(good, problems, math_checker or default_math_checker)
     pages = _page_index(bench_list, by_bench, good, problems, require_page_coverage=require_page_coverage,
@@ -239,7 +270,10 @@ def validate_benches(
         "pages_train": sum(p.split == "train" for p in pages),
         "pages_eval": sum(p.split == "eval" for p in pages),
     }
-    return ValidationResult(problems=sorted(problems, key=_problem_key), kept=kept, pages=pages, counts=counts)
+    problems = sorted(problems, key=_problem_key)
+    fatal = sorted(seen.fatal, key=_problem_key)
+    counts["fatal_problems"] = len(fatal)
+    return ValidationResult(problems=problems, kept=kept, pages=pages, counts=counts, fatal=fatal)
 
 
 def _check_math(good: list[_Good], problems: list[Problem], checker: MathChecker) -> list[_Good]:
@@ -293,19 +327,81 @@ def _page_index(bench_list, by_bench, good, problems, *, require_page_coverage, 
     return pages
 
 
+class OutputError(OSError):
+    """The outputs could not be written; the previous outputs (if any) are left as they were."""
+
+
 def write_outputs(result: ValidationResult, *, tests_dir: str | Path, report_path: str | Path,
                   pages_path: str | Path, settings: Mapping[str, Any]) -> None:
-    """Write the validated test files, ``report.json`` and ``pages.jsonl``."""
-    tests_dir = Path(tests_dir)
-    for out_name, lines in result.kept.items():
-        target = tests_dir / out_name
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
-    Path(report_path).parent.mkdir(parents=True, exist_ok=True)
-    Path(report_path).write_text(json.dumps(result.report(settings), indent=1) + "\n", encoding="utf-8")
-    Path(pages_path).parent.mkdir(parents=True, exist_ok=True)
-    with open(pages_path, "w", encoding="utf-8") as fh:
-        fh.writelines(json.dumps(asdict(page)) + "\n" for page in result.pages)
+    """Write the validated test files, ``report.json`` and ``pages.jsonl``, all or nothing.
+
+    Everything is first written into a temporary folder beside the outputs (in their common parent
+    folder, so the moves are renames on one file system), then moved into place: ``tests/`` as a
+    whole (test files of a previous run that no longer exist in the bench go with it), then the
+    report and the page index. When writing fails (read-only folder, full disk) the previous
+    outputs are left as they were; raises :class:`OutputError` naming the folder and the reason.
+    """
+    tests_dir, report_path, pages_path = Path(tests_dir), Path(report_path), Path(pages_path)
+    parent = Path(os.path.commonpath([p.absolute().parent for p in (tests_dir, report_path, pages_path)]))
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=".validate-", dir=parent))
+    except OSError as exc:
+        raise OutputError(f"cannot write the validate outputs in {parent}: {exc.strerror or exc}") from exc
+    try:
+        new_tests = staging / "tests"
+        new_tests.mkdir()
+        for out_name, lines in result.kept.items():
+            target = new_tests / out_name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+        (staging / "report.json").write_text(json.dumps(result.report(settings), indent=1) + "\n", encoding="utf-8")
+        with open(staging / "pages.jsonl", "w", encoding="utf-8") as fh:
+            fh.writelines(json.dumps(asdict(page)) + "\n" for page in result.pages)
+        for target in (tests_dir, report_path, pages_path):
+            target.parent.mkdir(parents=True, exist_ok=True)
+        _move_into_place(staging, [(new_tests, tests_dir), (staging / "report.json", report_path),
+                                   (staging / "pages.jsonl", pages_path)])
+    except OSError as exc:
+        if not isinstance(exc, _Stranded):  # else the previous outputs wait in the staging folder
+            shutil.rmtree(staging, ignore_errors=True)
+        raise OutputError(f"cannot write the validate outputs in {parent}: {exc.strerror or exc}") from exc
+    shutil.rmtree(staging, ignore_errors=True)
+
+
+class _Stranded(OSError):
+    """A failed move whose rollback could not put every previous output back."""
+
+
+def _move_into_place(staging: Path, moves: Sequence[tuple[Path, Path]]) -> None:
+    """Rename each new output onto its target, the previous one first set aside in ``staging``;
+    if any rename fails, put every previous output back (all or nothing) and re-raise. Should a
+    previous output fail to go back, it stays in ``staging`` and the error says so."""
+    done: list[tuple[Path, Path | None]] = []
+    try:
+        for number, (new, target) in enumerate(moves):
+            backup = None
+            if target.exists() or target.is_symlink():
+                backup = staging / f"previous-{number}"
+                target.rename(backup)
+            done.append((target, backup))
+            new.rename(target)
+    except OSError as exc:
+        stranded = []
+        for target, backup in reversed(done):
+            try:
+                if target.is_dir() and not target.is_symlink():
+                    shutil.rmtree(target)
+                elif target.exists() or target.is_symlink():
+                    target.unlink()
+                if backup is not None:
+                    backup.rename(target)
+            except OSError:
+                stranded.append(f"{target} (kept as {backup})")
+        if stranded:
+            raise _Stranded(exc.errno, f"{exc.strerror or exc}; could not put back the previous "
+                                       f"{', '.join(stranded)}") from exc
+        raise
 
 
 def summary(result: ValidationResult, *, limit: int | None = None) -> str:
@@ -345,6 +441,12 @@ def run_validate(
     write_outputs(result, tests_dir=tests_dir, report_path=report_path, pages_path=pages_path,
                   settings=settings)
     text = summary(result)
+    if result.fatal:
+        logger.error("validation failed: %s", text)
+        raise ValidationFailed(
+            f"{len(result.fatal)} problem(s) that no setting lets through (see report.json for all "
+            f"{len(result.problems)}):\n" + "\n".join(f"  {p}" for p in result.fatal[:20])
+        )
     if result.problems and vcfg["on_invalid"] == "error":
         logger.error("validation failed: %s", text)
         raise ValidationFailed(
@@ -378,10 +480,13 @@ def main(argv: list[str] | None = None) -> int:
         logger.error("%s", exc)
         return 2
     out = Path(args.out)
+    if not Path(args.manifest).is_file():
+        logger.error("%s: no rasterize manifest; run `olmpipe rasterize` first (or give --manifest)", args.manifest)
+        return 1
     try:
         run_validate(cfg, manifest_path=args.manifest, tests_dir=out / "tests",
                      report_path=out / "report.json", pages_path=out / "pages.jsonl")
-    except ValidationFailed as exc:
+    except (ValidationFailed, OutputError) as exc:
         logger.error("%s", exc)
         return 1
     return 0

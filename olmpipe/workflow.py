@@ -71,23 +71,70 @@ def clean_dir(path: str | Path) -> str:
     return os.path.normpath(str(path))
 
 
-def discover_pdfs(bench_dir: str | Path) -> list[str]:
-    """PDF ids of a bench: paths under ``pdfs/`` without ``.pdf``, posix-style, sorted.
+class BenchLayoutError(ValueError):
+    """A bench folder whose PDFs cannot each get their own rasterize folder; names both paths."""
 
-    >>> discover_pdfs("data/bench/olmocr-sample")[:2]  # doctest: +SKIP
-    ['blank_book_pg1', 'buildingnotes']
+
+def _missing_bench(bench_dir: str | Path) -> FileNotFoundError:
+    return FileNotFoundError(
+        f"bench folder {bench_dir} does not exist (a relative path is read from the working "
+        f"directory, {Path.cwd()})"
+    )
+
+
+def pdf_files(bench_dir: str | Path) -> dict[str, str]:
+    """The PDFs of a bench: ``{stem: pdf id}``, sorted by stem.
+
+    The id is the PDF's exact path under ``pdfs/`` (``UPPER.PDF`` stays ``UPPER.PDF``: the tests'
+    ``pdf`` field must match it exactly); the stem is the id without its last four characters
+    (the ``.pdf`` suffix in any case) and names the PDF's rasterize folder and Snakemake wildcard.
+    Raises :class:`BenchLayoutError` when two PDFs would share a folder (``x.pdf`` and ``x.PDF``)
+    or one PDF's folder would hold another's (``sub.pdf`` renders to ``.../pages/sub/``, the
+    parent of ``sub/x.pdf``'s ``.../pages/sub/x/``), and FileNotFoundError when the folder or its
+    ``pdfs/`` is missing.
     """
-    root = Path(bench_dir) / "pdfs"
+    bench_dir = Path(bench_dir)
+    if not bench_dir.is_dir():
+        raise _missing_bench(bench_dir)
+    root = bench_dir / "pdfs"
     if not root.is_dir():
         raise FileNotFoundError(
             f"bench folder {bench_dir}: no pdfs/ subfolder (expected olmOCR-Bench layout: pdfs/**.pdf, *.jsonl)"
         )
-    stems = []
+    found: dict[str, str] = {}
     for path in root.rglob("*"):
         if path.is_file() and path.suffix.lower() == ".pdf":
-            rel = path.relative_to(root).as_posix()
-            stems.append(rel[: -len(".pdf")])
-    return sorted(stems)
+            pdf_id = path.relative_to(root).as_posix()
+            stem = pdf_id[: -len(".pdf")]
+            if stem in found:
+                first, second = sorted((found[stem], pdf_id))
+                raise BenchLayoutError(
+                    f"{root / first} and {root / second} differ only in the case of '.pdf' and would "
+                    f"be rendered into the same folder {stem}/; rename or remove one of them"
+                )
+            found[stem] = pdf_id
+    stems = sorted(found)
+    known = set(stems)
+    for stem in stems:
+        parts = stem.split("/")
+        for depth in range(1, len(parts)):
+            folder = "/".join(parts[:depth])
+            if folder in known:
+                raise BenchLayoutError(
+                    f"{root / found[folder]} and {root / found[stem]}: the pages of {found[folder]} go to "
+                    f"the folder {folder}/ under results/rasterize/, which would also hold the folder of "
+                    f"{found[stem]}; rename {found[folder]} or the folder {root / folder}"
+                )
+    return {stem: found[stem] for stem in stems}
+
+
+def discover_pdfs(bench_dir: str | Path) -> list[str]:
+    """PDF stems of a bench: paths under ``pdfs/`` without ``.pdf``, posix-style, sorted (see :func:`pdf_files`).
+
+    >>> discover_pdfs("data/bench/olmocr-sample")[:2]  # doctest: +SKIP
+    ['blank_book_pg1', 'buildingnotes']
+    """
+    return list(pdf_files(bench_dir))
 
 
 def bench_test_files(bench_dir: str | Path) -> list[str]:
@@ -95,9 +142,12 @@ def bench_test_files(bench_dir: str | Path) -> list[str]:
     return sorted(str(p) for p in Path(bench_dir).glob("*.jsonl") if p.is_file())
 
 
-def pdf_path_for(bench_dir: str | Path, stem: str) -> str:
-    """Path of the PDF with id ``stem`` (path under ``pdfs/`` without ``.pdf``)."""
-    return str(PurePosixPath(str(bench_dir)) / "pdfs" / f"{stem}.pdf")
+def pdf_path_for(bench_dir: str | Path, stem: str, pdf_id: str | None = None) -> str:
+    """Path of the PDF with stem ``stem`` (path under ``pdfs/`` without ``.pdf``).
+
+    Give ``pdf_id`` (from :func:`pdf_files`) for a PDF whose suffix is not lower case (``x.PDF``).
+    """
+    return str(PurePosixPath(str(bench_dir)) / "pdfs" / (pdf_id or f"{stem}.pdf"))
 
 
 def page_dir_for(stem: str, root: str | Path = RASTERIZE_DIR / "pages") -> Path:

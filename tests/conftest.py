@@ -11,7 +11,7 @@ for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "TOKE
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("WANDB_MODE", "offline")
 
-import pytest  # noqa: E402
+import pytest
 
 
 @pytest.fixture(scope="session")

@@ -407,3 +407,153 @@ def test_main_reports_bad_inputs_with_exit_code(stage, tmp_path):
     assert (
         main(["--pages", str(tmp_path / "missing.jsonl"), "--out", str(tmp_path / "o"), "--no-progress"]) == 1
     )
+
+
+# ---------------------------------------------------------------- pipeline-compatible mode
+
+PIPELINE_ON = {"pipeline": {"enabled": True, "max_page_retries": 3, "rotation_retry": True,
+                            "fallback": "empty", "max_context_tokens": 16384}}  # fmt: skip
+
+
+TURNED = ANSWER.replace("is_rotation_valid: True", "is_rotation_valid: False").replace(
+    "rotation_correction: 0", "rotation_correction: 90"
+)
+
+
+class TurnedPageBackend(EchoBackend):
+    """Echo, except that a landscape page image is a turned portrait page: it asks for rotation 90."""
+
+    def generate(self, requests, sampling):
+        from PIL import Image
+
+        out = super().generate(requests, sampling)
+        for i, r in enumerate(requests):
+            with Image.open(r.image) as img:
+                if img.width > img.height:
+                    out[i] = Completion(TURNED.format(text="sideways"), "stop", 5, 7)
+        return out
+
+
+def turn_page(path, angle=270):
+    from PIL import Image
+
+    with Image.open(path) as img:
+        img.transpose({90: Image.Transpose.ROTATE_90, 270: Image.Transpose.ROTATE_270}[angle]).save(path)
+
+
+def test_pipeline_mode_retries_rotated_pages_and_counts_them(stage):
+    turn_page("results/rasterize/pages/doc/pg2.png")  # portrait 32x40 -> landscape 40x32
+    backend = TurnedPageBackend(no_eos_keys={("sub/other.pdf", 1, 2)})
+    summary = run(stage, backend, generation=PIPELINE_ON)
+    out = stage[3]
+    gens = {
+        (g["pdf"], g["page"], g["repeat"]): g for g in map(json.loads, (out / "generations.jsonl").open())
+    }
+    turned = gens[("doc.pdf", 2, 1)]
+    assert turned["pipeline"]["rotation"] == 90 and turned["pipeline"]["outcome"] == "accepted"
+    assert [a["rotation"] for a in turned["attempts"]] == [0, 90] and turned["text"] == "Delta epsilon."
+    assert (out / "rotated" / "doc" / "pg2_rot90.png").is_file()
+    lost = gens[("sub/other.pdf", 1, 2)]
+    assert lost["pipeline"]["fallback"] is True and lost["text"] == "" and len(lost["attempts"]) == 3
+    assert gens[("doc.pdf", 1, 1)]["pipeline"]["fallback"] is False
+    assert (out / "candidate" / "sub" / "other_pg1_repeat2.md").read_text() == ""
+    counts = json.loads((out / "summary.json").read_text())["pipeline"]
+    assert counts["rotation_retried"] == 2 and counts["rotated_by_angle"] == {"90": 2}
+    assert counts["fallback"] == 1 and counts["accepted"] == 5 and summary.pipeline == counts
+    from olmpipe.baseline import read_pipeline_counts
+
+    assert read_pipeline_counts(out) == counts
+    again = TurnedPageBackend()
+    run(stage, again, generation=PIPELINE_ON)  # finished pipeline pages are reused, fallbacks included
+    assert again.seen == []
+
+
+def test_pipeline_mode_off_keeps_records_summary_and_fingerprint(stage):
+    from olmpipe import baseline
+
+    run(stage, EchoBackend())
+    out = stage[3]
+    assert "pipeline" not in json.loads((out / "summary.json").read_text())
+    assert all("pipeline" not in json.loads(line) for line in (out / "generations.jsonl").open())
+    assert not (out / "rotated").exists() and baseline.read_pipeline_counts(out) is None
+    cfg = stage[0]["generation"]
+    off = baseline.run_fingerprint(cfg, "m")
+    assert off == baseline.settings_fingerprint(
+        baseline.DecodingSettings.from_config(cfg), baseline.backend_identity(cfg, "m"),
+        {"code": baseline.code_version(*baseline.GENERATION_CODE)},
+    )  # fmt: skip
+    assert baseline.run_fingerprint({**cfg, **PIPELINE_ON}, "m") != off
+    switched = EchoBackend()
+    run(stage, switched, generation=PIPELINE_ON)  # turning the mode on regenerates everything
+    assert len(switched.seen) == 6
+
+
+def test_pipeline_mode_with_the_tiny_model_on_a_rotated_sample_page(stage, tiny_model_dir):
+    """The transformers backend on a sample page rendered turned by 90 degrees with pypdfium2.
+
+    The tiny model's answers are noise, so a wrapper reads the orientation of the image the real
+    backend was given and puts a rotation answer in front of the real completion (token counts,
+    timings and the image path are the backend's own). The page is retried on the re-rendered
+    image; the other pages never get a valid answer and fall back to the PDF's text layer (page 2
+    of a one-page PDF: an empty text and the reason).
+    """
+    import pypdfium2 as pdfium
+    from PIL import Image
+
+    from olmpipe.generate.transformers_backend import TransformersBackend
+    from olmpipe.tinymodel import load_model_and_processor
+
+    out = stage[3]
+    sample = Path(__file__).resolve().parents[1] / "data/bench/olmocr-sample/pdfs/olmo2-pg4.pdf"
+    (Path("b/pdfs/sub")).mkdir(parents=True)
+    shutil_copy = __import__("shutil").copy
+    shutil_copy(sample, "b/pdfs/doc.pdf")
+    shutil_copy(sample, "b/pdfs/sub/other.pdf")
+    doc = pdfium.PdfDocument("b/pdfs/doc.pdf")
+    doc[0].render(scale=56 / 792, rotation=90).to_pil().save("results/rasterize/pages/doc/pg1.png")
+    doc.close()
+    model, processor = load_model_and_processor(tiny_model_dir, device="cpu")
+    real = TransformersBackend(model, processor, batch_size=2)
+
+    class Orienting(GenerationBackend):
+        name = "transformers"
+
+        def __init__(self):
+            super().__init__()
+            self.images = []
+
+        def generate(self, requests, sampling):
+            completions = real.generate(requests, sampling)
+            out = []
+            for r, c in zip(requests, completions, strict=True):
+                with Image.open(r.image) as img:
+                    landscape = img.width > img.height
+                self.images.append((r.key, r.image, landscape))
+                if (r.pdf, r.page) == ("doc.pdf", 1):
+                    fm = ANSWER.format(text="Table 1 Composition").replace("rotation_correction: 0",
+                                                                           "rotation_correction: 90")  # fmt: skip
+                    text = (
+                        fm.replace("is_rotation_valid: True", "is_rotation_valid: False") if landscape else fm
+                    )
+                    c = Completion(text, "stop", c.prompt_tokens, c.completion_tokens, c.seconds)
+                out.append(c)
+            return out
+
+    backend = Orienting()
+    pipeline = {**PIPELINE_ON["pipeline"], "max_page_retries": 2, "fallback": "pdfium"}
+    summary = run(stage, backend, generation={"max_new_tokens": 4, "repeats": 1, "pipeline": pipeline},
+                  baseline={"progress": False})  # fmt: skip
+    gens = [json.loads(line) for line in (out / "generations.jsonl").open()]
+    turned = gens[0]
+    assert [a["rotation"] for a in turned["attempts"]] == [0, 90] and turned["pipeline"]["rotation"] == 90
+    seen = [(image, landscape) for key, image, landscape in backend.images if key == ("doc.pdf", 1, 1)]
+    assert seen[0] == ("results/rasterize/pages/doc/pg1.png", True)
+    assert seen[1][0] == str(out / "rotated" / "doc" / "pg1_rot90.png") and seen[1][1] is False
+    with Image.open(seen[1][0]) as img:
+        assert img.height > img.width  # the backend encoded the page turned upright
+    assert turned["prompt_tokens"] > 0 and turned["text"] == "Table 1 Composition"
+    assert "has no page 2" in gens[1]["pipeline"]["fallback_error"] and gens[1]["text"] == ""
+    noise = gens[2]  # the tiny model's own answers: never a valid front matter
+    assert len(noise["attempts"]) == 2 and noise["pipeline"]["fallback"] is True
+    assert "3.71T" in noise["text"] and noise["pipeline"]["fallback_source"] == "pdfium"
+    assert summary.pipeline["rotation_retried"] == 1 and summary.pipeline["fallback"] == 2

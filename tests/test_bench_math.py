@@ -12,6 +12,7 @@ import os
 import re
 import signal
 import time
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -271,6 +272,40 @@ def test_missing_browser_is_a_clear_error(tmp_path):
     renderer = KatexRenderer(tmp_path, executable="/nonexistent/chromium")
     with pytest.raises(BrowserNotFoundError, match="apt-get install chromium"):
         renderer.render("x")
+
+
+@needs_browser[0]
+@needs_browser[1]
+@pytest.mark.parametrize("tmpdir_length", ["short", "long"])
+def test_browser_starts_leave_nothing_in_the_temporary_folder(tmp_path, monkeypatch, tmpdir_length):
+    """Chromium's own org.chromium.Chromium.* folder goes with the profile, on close and on kill;
+    a TMPDIR too long for Chromium's socket path (pytest's own) still starts the browser."""
+    import shutil
+    import tempfile
+
+    from olmpipe.bench.mathbrowser import BrowserPipe
+
+    if tmpdir_length == "short":
+        system_tmp = Path(tempfile.mkdtemp(prefix="olmt-", dir="/tmp"))
+    else:
+        system_tmp = tmp_path / ("x" * 40)
+        system_tmp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(system_tmp))
+    monkeypatch.setattr(tempfile, "tempdir", str(system_tmp))
+    try:
+        with KatexRenderer(tmp_path / "cache") as r:
+            assert r.render("x^2").ok
+            browser_tmp = r._browser.tmp_dir
+            (singleton,) = browser_tmp.iterdir()
+            assert singleton.name.startswith("org.chromium.Chromium.")
+            assert (browser_tmp.parent == system_tmp) == (tmpdir_length == "short")
+        assert not browser_tmp.exists() and list(system_tmp.iterdir()) == []
+        browser = BrowserPipe.launch()
+        browser.evaluate(browser.open_page(width=100, height=100), "1 + 1", timeout=10.0)
+        browser.kill()
+        assert not browser.tmp_dir.exists() and list(system_tmp.iterdir()) == []
+    finally:
+        shutil.rmtree(system_tmp, ignore_errors=True)
 
 
 # ----------------------------------------------------------------------------- renderer (browser)

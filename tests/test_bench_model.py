@@ -158,3 +158,34 @@ def test_baseline_tests_for_matches_reference_auto_baselines():
     assert len(auto) == 20
     # tests alone also work (their PDFs), and PDFs that already have a baseline get none
     assert {t.pdf for t in baseline_tests_for(tests)} == {t.pdf for t in tests} - {"blank_book_pg1.pdf"}
+
+
+@pytest.mark.parametrize(
+    ("fields", "largest_ok", "reason"),
+    [
+        # table: the longest compared text ("right" here, 9 chars after normalization) bounds max_diffs
+        ({"type": "table", "text": ..., "cell": "Total", "right": "1,234,567"}, 9,
+         "larger than the longest text this table test compares (9 characters"),
+        ({"type": "math", "text": ..., "math": " x^2 + y "}, 7, "larger than the equation (7 characters)"),
+        # footnote: a given text must keep a positive fuzzy threshold (max_diffs < its length)
+        ({"type": "footnote", "text": ..., "marker": "1", "appears_after_marker": "See page"}, 7,
+         "too large for 'appears_after_marker' of 8 characters"),
+        ({"type": "footnote", "text": ..., "marker": "12"}, 2, "larger than the marker (2 characters)"),
+    ],
+    ids=["table", "math", "footnote-text", "footnote-marker-only"],
+)
+def test_max_diffs_beyond_the_compared_text_is_an_error(fields, largest_ok, reason):
+    assert load_one(**fields, max_diffs=largest_ok).max_diffs == largest_ok
+    for too_large in (largest_ok + 1, 10**12, 10**30):
+        err = error_of(rec(**fields, max_diffs=too_large))
+        assert err.line == 2 and err.test_id == "t1" and reason in err.reason
+        assert f"max_diffs {too_large} " in err.reason
+
+
+def test_max_diffs_bounds_reject_no_test_of_the_real_bench():
+    files = sorted(SAMPLE.glob("*.jsonl"))
+    if (PARITY / "baseline_auto.jsonl").is_file():
+        files.append(PARITY / "baseline_auto.jsonl")
+    for path in files:
+        tests, errors = load_tests(path, collect_errors=True)
+        assert errors == [] and tests

@@ -4,6 +4,7 @@ import importlib.util
 import pickle
 import shutil
 import time
+from pathlib import Path
 
 import pytest
 
@@ -17,8 +18,9 @@ TESTS = load_tests([
     {"pdf": "a.pdf", "page": 1, "id": "b", "type": "baseline"},
 ])
 GOOD = "Intro\n\nThe quarterly revenue grew.\n\n| Year | Revenue |\n|---|---|\n| 2021 | 12 |\n"
-# a table whose spans make the reference's header expansion run for seconds
-SLOW = '<table><tr><th colspan="1000" rowspan="2000">h</th></tr>' + "<tr><td>x</td></tr>" * 2000 + "</table>"
+# a 22 KB table of 240,000 cells "12" (within the parser's cell budget) on which the table test
+# scans every cell's column for a top heading: it runs for minutes
+SLOW = "<table><tr>" + '<td rowspan="600">12</td>' * 400 + "</tr>" + "<tr><td>12</td></tr>" * 599 + "</table>"
 
 HOSTILE = [
     None,
@@ -173,3 +175,56 @@ def test_worker_left_busy_by_an_interrupted_call_is_replaced():
         stale.chunks = 1
         results = s.score([(GOOD, TESTS)] * 3)
         assert [r.micro for r in results] == [1.0] * 3 and s._workers[0] is not stale
+
+
+def _status_kb(pid: int, key: str) -> int:
+    """A ``/proc/<pid>/status`` figure in kB (``VmSize``: address space, ``VmHWM``: peak RSS)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(key + ":"):
+            return int(line.split()[1])
+    raise KeyError(key)
+
+
+needs_proc = pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="needs Linux /proc")
+
+
+@needs_proc
+def test_completion_over_the_memory_limit_fails_with_memory_and_the_worker_is_replaced():
+    """A worker limited to 16 MB above its idle address space parses SLOW's table (720,000 cells
+    of budget, ~35 MB): its table test and the tests after it fail with "memory", the tests before
+    it keep their verdicts, the worker is replaced and the rest of its chunk is scored normally."""
+    with BenchScorer(processes=1, timeout_s=30, memory_mb=0) as probe:
+        probe.score([(GOOD, TESTS)])
+        idle_mb = _status_kb(probe._workers[0].process.pid, "VmSize") / 1024
+    tests = load_tests([{"pdf": "a.pdf", "page": 1, "id": "p", "type": "present", "text": "quarterly revenue"},
+                        {"pdf": "a.pdf", "page": 1, "id": "z", "type": "table", "cell": "zz"},
+                        {"pdf": "a.pdf", "page": 1, "id": "b", "type": "baseline"}])
+    items = [(GOOD, TESTS)] * 8
+    items[5] = ("The quarterly revenue grew. " + SLOW, tests)
+    with BenchScorer(processes=1, timeout_s=30, memory_mb=idle_mb + 16) as s:
+        s.score([(GOOD, TESTS)])
+        pid = s._workers[0].process.pid
+        results = s.score(items)
+        assert s._workers[0].process.pid != pid
+    hit = results[5]
+    assert [(v.passed, v.reason) for v in hit.verdicts] == [(True, ""), (False, "memory"), (False, "memory")]
+    assert hit.errors == ["z: memory", "b: memory"] and hit.micro == 1 / 3
+    assert all(r.micro == 1.0 and not r.errors for i, r in enumerate(results) if i != 5)
+    with BenchScorer(processes=1, timeout_s=30) as s:  # the default limit leaves room for it
+        (fine,) = s.score([items[5]])
+    assert [v.passed for v in fine.verdicts] == [True, False, True] and not fine.errors
+
+
+@needs_proc
+def test_span_heavy_tables_up_to_2mb_stay_within_the_time_and_memory_bounds():
+    """Hostile span-heavy pages of 1 KB to 2 MB (tests/test_bench_tables.py's patterns) score
+    without a timeout or a memory failure, and the worker's peak RSS stays far below the default
+    limit (measured: ~190 MB; before the table budget 1.2 MB of such a table took 23 GB)."""
+    from test_bench_tables import PATTERNS, TABLE_TEST, span_heavy_page
+
+    pages = [span_heavy_page(p, size) for p in PATTERNS for size in (1_000, 64_000, 2_000_000)]
+    with BenchScorer(processes=1, timeout_s=60) as s:
+        results = s.score([(page, TABLE_TEST) for page in pages])
+        peak_kb = _status_kb(s._workers[0].process.pid, "VmHWM")
+    assert not any(r.timed_out or r.errors for r in results), [r.verdicts for r in results]
+    assert peak_kb < 600 * 1024

@@ -25,11 +25,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from support.runs import BASELINE_TEXTS, TRAINED_TEXTS, make_run
 
 from olmpipe import compare
 from olmpipe.compare import CompareSettings, ComparisonError, compare_runs, format_table, load_run
 from olmpipe.guards import GuardSettings
-from olmpipe.testing.runs import BASELINE_TEXTS, TRAINED_TEXTS, make_run
 
 SETTINGS = CompareSettings(bootstrap_samples=5, ci_level=0.95, permutations=1000, exact_max=16, seed=0)
 

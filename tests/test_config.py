@@ -26,8 +26,10 @@ def test_every_key_is_typed_described_and_defaulted():
         assert "type" in sub, f"{path}: no type"
         assert sub.get("description"), f"{path}: no description"
         assert "default" in sub, f"{path}: no default"
-        if sub["type"] == "object":
+        if sub["type"] == "object" and path != "train.grpo":
             assert sub.get("additionalProperties") is False, f"{path}: must reject unknown keys"
+    # train.grpo is open to every GRPOConfig field; olmpipe.train.grpo_fields checks names and types
+    assert load_schema()["properties"]["train"]["properties"]["grpo"]["additionalProperties"] is True
 
 
 def test_schema_defaults_are_valid():
@@ -95,4 +97,38 @@ def test_snakemake_rejects_a_misspelled_key(tmp_path):
     )
     assert proc.returncode != 0
     text = proc.stdout + proc.stderr
-    assert "Additional properties are not allowed ('on_invalidd' was unexpected)" in text
+    # snakemake.utils.validate's wording, or olmpipe.config.check_workflow_config's once the Snakefile uses it
+    assert ("Additional properties are not allowed ('on_invalidd' was unexpected)" in text
+            or "unknown key(s) 'on_invalidd' under validate" in text)
+
+
+def test_check_workflow_config_fills_defaults_like_snakemake(tmp_path):
+    from snakemake.utils import validate as snakemake_validate
+
+    from olmpipe.config import SCHEMA_PATH, check_workflow_config
+
+    raw = yaml.safe_load(DEFAULT_CONFIG_PATH.read_text(encoding="utf-8"))
+    raw["rasterize"] = {"longest_side": 512}
+    ours, theirs = yaml.safe_load(yaml.safe_dump(raw)), yaml.safe_load(yaml.safe_dump(raw))
+    check_workflow_config(ours)
+    snakemake_validate(theirs, str(SCHEMA_PATH))
+    assert ours == theirs and ours["rasterize"] == {"longest_side": 512, "on_error": "error"}
+
+
+def test_config_error_in_snakemake_is_a_few_lines_naming_the_key(tmp_path):
+    # The Snakefile's check, in a one-rule workflow: the problem lines, no jsonschema schema dump.
+    (tmp_path / "Snakefile").write_text(
+        "from olmpipe.config import check_workflow_config\n"
+        "configfile: 'config.yaml'\n"
+        "check_workflow_config(config)\n"
+        "rule all:\n    output: 'x'\n    shell: 'touch x'\n"
+    )
+    (tmp_path / "config.yaml").write_text("bench:\n  dri: x\nrasterize:\n  longest_side: -3\n")
+    proc = subprocess.run([sys.executable, "-m", "snakemake", "-n", "-d", str(tmp_path), "-s", str(tmp_path / "Snakefile")],
+                          capture_output=True, text=True, timeout=120, check=False)
+    text = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert "unknown key(s) 'dri' under bench; allowed keys: " in text
+    assert "config key rasterize/longest_side: -3 is less than the minimum of 16" in text
+    assert "Failed validating" not in text and "'description'" not in text
+    assert len(text.strip().splitlines()) <= 10, text

@@ -6,10 +6,10 @@ import csv
 import json
 
 import pytest
+from support.runs import BASELINE_TEXTS, TRAINED_TEXTS, make_run
 
 from olmpipe import evaluate
 from olmpipe.config import load_config
-from olmpipe.testing.runs import BASELINE_TEXTS, TRAINED_TEXTS, make_run
 
 
 @pytest.fixture(scope="module")

@@ -6,10 +6,10 @@ import json
 
 import pytest
 from PIL import Image
+from support.runs import BASELINE_TEXTS, TRAINED_TEXTS, make_run
 
 from olmpipe.compare import CompareSettings, compare_runs, load_run
 from olmpipe.plots import BENCH_KEYS, PlotError, plot_rewards, read_reward_curve, write_plots
-from olmpipe.testing.runs import BASELINE_TEXTS, TRAINED_TEXTS, make_run
 
 
 @pytest.fixture(scope="module")

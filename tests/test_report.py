@@ -6,12 +6,12 @@ import json
 import re
 
 import pytest
+from support.runs import BASELINE_TEXTS, TRAINED_TEXTS, make_page_images, make_run
 
 from olmpipe import report
 from olmpipe.compare import CompareSettings, compare_runs, load_run, write_comparison
 from olmpipe.config import load_config
 from olmpipe.plots import write_plots
-from olmpipe.testing.runs import BASELINE_TEXTS, TRAINED_TEXTS, make_page_images, make_run
 
 
 @pytest.fixture(scope="module")
@@ -139,9 +139,9 @@ def test_workflow_rules_and_snakemake_report(tmp_path):
     import subprocess
 
     import yaml
+    from support.runs import make_upstream_results
 
     from olmpipe.config import REPO_ROOT
-    from olmpipe.testing.runs import make_upstream_results
 
     cfg = yaml.safe_load((REPO_ROOT / "config" / "config.yaml").read_text())
     cfg["bench"]["dir"] = str(REPO_ROOT / cfg["bench"]["dir"])
@@ -194,3 +194,27 @@ def test_headline_when_nothing_changed(setup):
         trained=0.9, difference=0.775, difference_ci=[0.5, 0.9], p_value=0.001, test_method="exact", changed=9
     )
     assert "unlikely to be chance" in report.headline(same)
+
+
+def test_generation_section_counts_rotation_retries_and_fallbacks(setup, tmp_path):
+    """Pipeline-mode counts of each run's summary.json become one row per run; mode off says so."""
+    comparison = setup[1]
+    counts = {"generations": 9, "accepted": 6, "rotation_retried": 3, "rotated": 2,
+              "rotated_by_angle": {"90": 1, "270": 1}, "last_valid": 1, "fallback": 2,
+              "fallback_errors": 1, "finished_on_attempt": {"1": 4, "2": 2}}  # fmt: skip
+    base, trained = tmp_path / "base", tmp_path / "trained"
+    for folder, summary in ((base, {"generations": 9}), (trained, {"generations": 9, "pipeline": counts})):
+        folder.mkdir()
+        (folder / "summary.json").write_text(json.dumps(summary))
+    html = report.build_report(comparison=comparison, plots={}, settings=report.ReportSettings(),
+                               baseline_dir=base, trained_dir=trained)  # fmt: skip
+    assert "<h2>Generation: rotation retries and fallback pages</h2>" in html
+    assert "<tr><td>baseline</td><td colspan='6' class='muted'>mode off</td></tr>" in html
+    assert (
+        "<tr><td>trained</td><td>9</td><td>6</td><td>3</td><td>2 <small>(1&times;90&deg;, "
+        "1&times;270&deg;)</small></td><td>1</td><td>2 <small>(1 without text)</small></td></tr>"
+    ) in html
+    (trained / "summary.json").write_text("{}")
+    off = report.build_report(comparison=comparison, plots={}, settings=report.ReportSettings(),
+                              baseline_dir=base, trained_dir=tmp_path / "missing")  # fmt: skip
+    assert "pipeline-compatible mode off" in off

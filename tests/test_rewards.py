@@ -10,6 +10,8 @@ import time
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from olmpipe.config import load_config
 from olmpipe.rewards import (
@@ -257,3 +259,118 @@ def test_micro_and_macro_together_score_each_batch_once():
     micro(completions=completions[:1], **{k: v[:1] for k, v in kwargs.items()})
     assert calls == [2, 1]  # a different batch is scored again
     micro.close()
+
+
+# ------------------------------------------------------------ rewards that parse tables are bounded
+def _plain_is_rectangular(table_html: str) -> bool:
+    """The grid expansion :func:`table_is_rectangular` replaced (one set entry per covered cell)."""
+    import lxml.html
+
+    from olmpipe.rewards.reference import _span
+
+    try:
+        root = lxml.html.fragment_fromstring(table_html, create_parent=False)
+    except Exception:  # noqa: BLE001
+        return False
+    occupied: dict[int, set[int]] = {}
+    rows = list(root.iter("tr"))
+    for r, tr in enumerate(rows):
+        c = 0
+        for cell in tr:
+            if cell.tag not in ("td", "th"):
+                continue
+            while c in occupied.setdefault(r, set()):
+                c += 1
+            rowspan, colspan = _span(cell.get("rowspan")), _span(cell.get("colspan"))
+            for dr in range(rowspan):
+                occupied.setdefault(r + dr, set()).update(range(c, c + colspan))
+            c += colspan
+    grid = [occupied.get(r, set()) for r in range(len(rows))]
+    if not grid or not any(grid):
+        return False
+    width = max(max(cols) + 1 for cols in grid if cols)
+    return all(cols == set(range(width)) for cols in grid)
+
+
+RECT_SPAN = st.sampled_from(["", "", "", " rowspan=2", " rowspan=3", " colspan=2", " colspan=3", " rowspan=2 colspan=2",
+                             " rowspan=0", " colspan=-1", " colspan=x", " rowspan=5000"])
+
+
+@st.composite
+def rect_candidates(draw):
+    rows = draw(st.lists(st.lists(st.tuples(st.sampled_from(["td", "th"]), RECT_SPAN), max_size=4), max_size=5))
+    body = "".join("<tr>" + "".join(f"<{t}{s}>x</{t}>" for t, s in row) + "</tr>" for row in rows)
+    return f"<table>{body}</table>"
+
+
+@settings(max_examples=400, deadline=None)
+@given(rect_candidates())
+def test_rectangular_check_equals_the_grid_expansion(table_html):
+    assert table_is_rectangular(table_html) == _plain_is_rectangular(table_html)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(["<table>", "<TABLE border=1>", "</table>", "</table >", "<tablex>", "x", ">",
+                                 "$$", "$", "\\(", "\\)", "\\[", "\\]", "a\nb"]), max_size=30).map("".join))
+def test_element_scans_equal_the_regular_expressions(text):
+    import re
+
+    from olmpipe.rewards.reference import count_elements, find_tables
+
+    tables = re.findall(r"<table\b[^>]*>.*?</table\s*>", text, re.IGNORECASE | re.DOTALL)
+    maths = sum(len(re.findall(p, text, re.DOTALL)) for p in (r"\$\$(.+?)\$\$", r"\\\((.+?)\\\)", r"\\\[(.+?)\\\]"))
+    assert find_tables(text) == tables and count_elements(text) == (len(tables), maths)
+
+
+def hostile_table_pages() -> list[str]:
+    """~2 MB pages: spans the old grid expansion filled cell by cell (it took 7 GB at 6 KB),
+    60,000 small tables, and unclosed tags and delimiters a lazy regular expression rescans."""
+    return ["<table>" + "<tr><td rowspan=1000 colspan=1000>x</td></tr>" * 47_000 + "</table>",
+            "<table><tr>" + "<td rowspan=1000>x</td>" * 90_000 + "</tr>" + "<tr></tr>" * 5_000 + "</table>",
+            "<table><tr><td>1</td></tr></table>" * 60_000,
+            "<table>" * 250_000, "\\(" * 500_000, "<table><tr>" * 180_000]
+
+
+def test_table_rewards_on_span_heavy_pages_are_bounded_in_the_training_process():
+    """rect_tables and element_count run in the trainer: on the 2 MB hostile pages a fresh process
+    computing both peaks under 400 MB RSS (measured ~170 MB) and gives the expected values."""
+    import os
+    import subprocess
+    import sys
+
+    code = (f"import json, resource, sys; sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
+            "from test_rewards import hostile_table_pages\n"
+            "from olmpipe.rewards import element_count_reward, rect_tables_reward\n"
+            "pages = hostile_table_pages()\n"
+            "out = [rect_tables_reward(completions=pages), element_count_reward(completions=pages, reference=['x'] * 6)]\n"
+            "print(json.dumps([*out, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss]))\n")
+    done = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True,
+                          env=dict(os.environ, OMP_NUM_THREADS="1"), timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    rect, counts, peak_kb = json.loads(done.stdout.splitlines()[-1])
+    assert rect == [0.0, 0.0, 1.0, 1.0, 1.0, 1.0] and counts == [0.5, 0.5, 0.5, 1.0, 1.0, 1.0]
+    assert peak_kb < 400 * 1024
+
+
+def test_rows_whose_tests_cannot_be_found_score_none_and_count_as_errors(tmp_path, caplog):
+    """No test_files column, an unknown id, a missing or malformed file, ids given as a string:
+    None for those rows (never an exception into the trainer), counted in bench/errors, logged."""
+    ids = _earnings_ids()
+    files = [str(SAMPLE / "dataset.jsonl")] * len(ids)
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"pdf": "a.pdf", "page": 1, "id": "x", "type": "present"}\n')
+    rows = [(ids, None), (["no_such_test"], [files[0]]), (["x"], [str(tmp_path / "missing.jsonl")]),
+            (["x"], [str(bad)]), (ids[0], files[0]), (ids, files)]
+    metrics: dict[str, float] = {}
+    extra: dict[str, list] = {}
+    reward = BenchReward(processes=0)
+    caplog.set_level("WARNING", logger="olmpipe.rewards.bench")
+    out = reward(completions=["x"] * len(rows), test_ids=[r[0] for r in rows], test_files=[r[1] for r in rows],
+                 log_metric=metrics.__setitem__, log_extra=extra.__setitem__)
+    assert out[:5] == [None] * 5 and isinstance(out[5], float)
+    assert metrics["bench/errors"] == 5 and metrics["bench/completions"] == 1
+    assert "row 0 scores None" in caplog.text and "5 of 6 rows" in caplog.text
+    reasons = [json.loads(d)["error"] for d in extra["bench_verdicts"][:5]]
+    assert ["neither a 'test_files'" in reasons[0], "is not in" in reasons[1], "cannot be read" in reasons[2],
+            "cannot be loaded" in reasons[3], "is a string" in reasons[4]] == [True] * 5
+    assert reward(completions=["x", "y"], test_ids="ab", test_files=files[:2]) == [None, None]  # a string column

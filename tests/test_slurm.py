@@ -1,6 +1,6 @@
 """The workflow on a real SLURM cluster: the project's profile, sbatch flags, preemption.
 
-Starts a throw-away single-node cluster (olmpipe.testing.slurm: munged, slurmctld, slurmd on
+Starts a throw-away single-node cluster (tests/support/slurm.py: munged, slurmctld, slurmd on
 localhost, fake GPUs) once for the module, and runs Snakemake with
 ``--profile workflow/profiles/slurm --profile tests/profiles/slurm-test``. Skipped without root or
 slurm-wlm. Every job costs 15-30 s of Snakemake start-up inside SLURM, so the workflows are small;
@@ -19,8 +19,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-
-from olmpipe.testing.slurm import ClusterSpec, LocalSlurmCluster, parse_key_values, unavailable_reason
+from support.slurm import ClusterSpec, LocalSlurmCluster, parse_key_values, unavailable_reason
 
 # tests that start the cluster carry this marker; the profile and config checks run everywhere
 slurm = pytest.mark.slurm
@@ -146,12 +145,12 @@ def test_local_profile_gives_the_gpu_rules_one_gpu(tmp_path: Path) -> None:
         assert "gpu=1" in job_block(proc.stdout + proc.stderr, rule), rule
 
 
-def test_slurm_profile_dry_run_groups_rasterize_and_sends_training_to_the_gpu_partition(tmp_path: Path) -> None:
+def test_slurm_profile_dry_run_sends_training_to_the_gpu_partition(tmp_path: Path) -> None:
     make_workdir(tmp_path)
     proc = run_snakemake(tmp_path, "-s", str(REPO / "Snakefile"), "-n", "train_seeds", profiles=(PROFILE,),
                          timeout=120)
     text = proc.stdout + proc.stderr
-    assert "Group job rasterize_pdfs" in text
+    assert "rule rasterize:" in text  # one job renders every PDF (olmpipe.rasterize.rasterize_pdfs)
     train = job_block(text, "train_seed")
     assert "slurm_partition=gpu" in train and "slurm_extra=--signal=TERM@300" in train
     assert "slurm_partition" not in job_block(text, "validate")  # CPU jobs: the cluster's default partition
@@ -165,7 +164,7 @@ def test_gpu_rules_declare_gpu_resources_from_the_config() -> None:
         resources = body.split("resources:", 1)[1]
         for name in ("gpu", "mem_mb", "runtime"):
             assert f'{name}=config["resources"]' in resources, f"{rule}: {name} not from config resources"
-    for rule in ("rasterize_pdf", "validate", "build_model"):
+    for rule in ("rasterize", "validate", "build_model"):
         body = text.split(f"rule {rule}:", 1)[1].split("\nrule ", 1)[0]
         assert "gpu=" not in body and "gres=" not in body, rule
 
@@ -184,7 +183,7 @@ def test_cluster_config_text(tmp_path: Path) -> None:
 
 
 def test_cluster_is_unavailable_without_root_or_binaries(monkeypatch: pytest.MonkeyPatch) -> None:
-    import olmpipe.testing.slurm as local_slurm
+    import support.slurm as local_slurm
 
     monkeypatch.setattr(local_slurm.os, "geteuid", lambda: 1000)
     assert "root" in unavailable_reason()
@@ -205,7 +204,7 @@ def test_parse_key_values_keeps_spaces_and_slashes() -> None:
 @slurm
 def test_cluster_config_is_the_real_path_and_node_is_idle(cluster: LocalSlurmCluster) -> None:
     text = Path("/etc/slurm/slurm.conf").read_text()
-    assert "olmpipe.testing.slurm" in text
+    assert "tests/support/slurm.py" in text
     out = subprocess.run(["sinfo", "-h", "-o", "%P %t %G"], capture_output=True, text=True, check=True).stdout
     assert "cpu*" in out and "gpu" in out and "idle" in out and "gpu:fake:4" in out
 
@@ -422,11 +421,10 @@ def test_embedded_workflow_runs_every_job_through_sbatch(cluster: LocalSlurmClus
     assert sorted(submitted) == sorted(records)
     assert all(r["JobState"] == "COMPLETED" for r in records.values())
     comments = sorted(j["Comment"] for j in jobs_for(cluster, workdir))
-    # build_model, validate, train_seed, and the three rasterize_pdf jobs bundled into one SLURM job
-    # (profile groups); the merge rule `rasterize` is a localrule
+    # build_model, validate, train_seed and rasterize (one job renders every PDF)
     assert "rule_build_model" in comments and "rule_validate" in comments
     assert "rule_train_seed_wildcards_0" in comments
-    assert sum(c.startswith("rule_rasterize_pdfs") for c in comments) == 1
+    assert "rule_rasterize" in comments
     assert len(comments) == 4, comments
     train = next(j for j in jobs_for(cluster, workdir) if j["Comment"] == "rule_train_seed_wildcards_0")
     assert train["Partition"] == "gpu"  # the profile's set-resources for train_seed

@@ -59,3 +59,22 @@ def test_rejects_a_bad_shape(tmp_path):
 
     with pytest.raises(ValueError, match="hidden_size"):
         build_tiny_model(tmp_path / "bad", hidden_size=50)
+
+
+def test_folder_is_loadable_by_vllm(tiny_model_dir):
+    """What vLLM's CPU build needs (docs/vllm.md): text heads of 64 and the stock processor, video included."""
+    config = json.loads((tiny_model_dir / "config.json").read_text())["text_config"]
+    assert config["hidden_size"] // config["num_attention_heads"] == 64  # vLLM's CPU attention rejects 16
+    assert sum(config["rope_parameters"]["mrope_section"]) == 32
+    saved = json.loads((tiny_model_dir / "processor_config.json").read_text())
+    assert saved["processor_class"] == "Qwen2_5_VLProcessor" and "video_processor" in saved
+    tok = json.loads((tiny_model_dir / "tokenizer_config.json").read_text())
+    assert tok.get("processor_class", "Qwen2_5_VLProcessor") == "Qwen2_5_VLProcessor"
+    try:
+        import torchvision  # noqa: F401  (the stock processor's video part needs it)
+    except ImportError:
+        return
+    from transformers import AutoProcessor
+
+    processor = AutoProcessor.from_pretrained(tiny_model_dir)
+    assert type(processor).__name__ == "Qwen2_5_VLProcessor" and processor.video_processor is not None

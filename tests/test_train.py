@@ -7,9 +7,9 @@ import json
 from types import SimpleNamespace
 
 import pytest
-from trainkit import make_page_index
+from trainkit import REPO, make_page_index
 
-from olmpipe.config import load_config
+from olmpipe.config import ConfigError, load_config
 from olmpipe.train.args import grpo_config, grpo_knobs, resolve_dtype
 from olmpipe.train.callbacks import (
     RUN_STATE_FILE,
@@ -101,9 +101,36 @@ def test_grpo_config_from_config(tmp_path):
             assert getattr(args, key) == value, key
     assert grpo_knobs(cfg["train"], 0)["importance_sampling_level"] == "token"
     assert resolve_dtype("auto", "cpu") == "float32" and resolve_dtype("auto", "cuda") == "bfloat16"
-    bad = load_config(overrides={"train": {"seed_overrides": [{"seed": 0, "grpo": {"max_prompt_length": 9}}]}})
+    with pytest.raises(ConfigError, match="max_prompt_length: not a field of TRL's GRPOConfig"):
+        load_config(overrides={"train": {"seed_overrides": [{"seed": 0, "grpo": {"max_prompt_length": 9}}]}})
+    bad = {**cfg["train"], "seed_overrides": [{"seed": 0, "grpo": {"max_prompt_length": 9}}]}
     with pytest.raises(ValueError, match="max_prompt_length"):
-        grpo_knobs(bad["train"], 0)
+        grpo_knobs(bad, 0)
+
+
+def test_every_grpo_config_field_is_reachable_and_checked(tmp_path):
+    """Any GRPOConfig field reaches TRL; unknown names get the closest valid one; types are checked;
+    the shipped field table equals the installed TRL's dataclass."""
+    from olmpipe.train.grpo_fields import describe_fields, load_fields
+
+    assert describe_fields() == load_fields(), "run python -m olmpipe.train.grpo_fields --write"
+    cfg = load_config(overrides={"train": {"grpo": {
+        "use_bias_correction_kl": False, "num_generations_eval": 4, "vllm_importance_sampling_clip_min": 0.5,
+        "lr_scheduler_kwargs": {"min_lr": 0.0}, "generation_kwargs": {"top_k": 5}, "adam_beta2": 0.98}}})
+    args = grpo_config(cfg["train"], output_dir=str(tmp_path), seed=0, reward_weights=[1.0], device="cpu")
+    assert args.use_bias_correction_kl is False and args.num_generations_eval == 4
+    assert args.vllm_importance_sampling_clip_min == 0.5 and args.adam_beta2 == 0.98
+    assert args.generation_kwargs == {"top_k": 5} and args.lr_scheduler_kwargs == {"min_lr": 0.0}
+    for bad, message in [
+        ({"use_bias_corection_kl": False}, "did you mean use_bias_correction_kl"),
+        ({"adam_beta2": "high"}, "adam_beta2: 'high' is a string, expected"),
+        ({"seed": 3}, "set by olmpipe from train.seeds"),
+        ({"max_steps": -5}, "max_steps"),
+        ({"max_steps": 0}, "max_steps: 0 is not a step count"),
+        ({"use_bias_correction_kl": "no"}, "expected boolean"),
+    ]:
+        with pytest.raises(ConfigError, match=message):
+            load_config(overrides={"train": {"grpo": bad}})
 
 
 def test_generation_batch_must_hold_whole_groups(tmp_path):
@@ -112,15 +139,69 @@ def test_generation_batch_must_hold_whole_groups(tmp_path):
         grpo_config(cfg["train"], output_dir=str(tmp_path), seed=0, reward_weights=[1.0], device="cpu")
 
 
-def test_olmocr2_recipe_config():
+#: The olmOCR 2 run as it ran (allenai/olmocr v0.4.27; "README" olmocr/train/README.md, "grpo_train"
+#: olmocr/train/grpo_train.py, "launcher" scripts/train/grpotrainer-beaker-multi-gpu-augusta.sh;
+#: TRL v0.23.0 for the trainer defaults of that time). Key -> (value, source).
+RECIPE = {
+    "train.grpo.learning_rate": (2e-6, "README:147 --learning_rate 2e-6"),
+    "train.grpo.beta": (0.01, "README:147 --beta 0.01"),
+    "train.grpo.gradient_accumulation_steps": (28, "README:147 --gradient_accumulation_steps 28"),
+    "train.grpo.num_generations": (28, "grpo_train:857"),
+    "train.grpo.per_device_train_batch_size": (1, "grpo_train:790"),
+    "train.grpo.warmup_steps": (100, "grpo_train:793"),
+    "train.grpo.num_train_epochs": (1, "grpo_train:789"),
+    "train.grpo.max_completion_length": (3000, "grpo_train:1010"),
+    "train.grpo.temperature": (0.7, "grpo_train:1011"),
+    "train.grpo.loss_type": ("bnpo", "grpo_train:799"),
+    "train.grpo.scale_rewards": ("group", "grpo_train:800"),
+    "train.grpo.num_iterations": (1, "grpo_train:856"),
+    "train.grpo.save_steps": (100, "grpo_train:1005"),
+    "train.grpo.save_total_limit": (3, "grpo_train:1006"),
+    "train.grpo.logging_steps": (10, "grpo_train:1004"),
+    "train.grpo.dataloader_num_workers": (8, "grpo_train:1017"),
+    "train.grpo.dataloader_drop_last": (True, "grpo_train:1018"),
+    "train.grpo.use_vllm": (True, "grpo_train:1028"),
+    "train.grpo.vllm_mode": ("server", "launcher:213 (server for multi-GPU)"),
+    "train.grpo.vllm_gpu_memory_utilization": (0.5, "launcher:335 trl vllm-serve --gpu-memory-utilization 0.5"),
+    "train.grpo.vllm_importance_sampling_correction": (True, "TRL v0.23.0 grpo_config.py:223"),
+    "train.grpo.vllm_importance_sampling_mode": ("token_truncate", "TRL v0.23.0 grpo_trainer.py:1389-1393"),
+    "train.grpo.vllm_importance_sampling_clip_max": (2.0, "TRL v0.23.0 grpo_config.py:229 cap=2.0"),
+    "train.grpo.use_bias_correction_kl": (False, "TRL v0.23.0 grpo_trainer.py:1653 plain k3 KL"),
+    "rewards.weights.bench": (1.0, "README:147 --reward_bench 1.0"),
+    "rewards.weights.front_matter": (1.0, "README:147 --reward_front_matter 1.0"),
+    "rewards.weights.eos": (1.0, "README:147 --reward_eos 1.0"),
+    "rewards.reference_candidate": ("claude_original", "grpo_train front matter reward vs claude_original"),
+    "resources.train.gpu": (8, "README:147 --num-gpus 8"),
+    "resources.train.vllm_server_gpus": (1, "launcher:131 vllm_gpu = num_gpus - 1"),
+    "resources.train.strategy": ("zero2", "launcher:209 --use_deepspeed --zero_stage 2"),
+    "rasterize.longest_side": (1288, "olmOCR 2 renders at 1288 px"),
+}
+
+
+@pytest.mark.parametrize("key", sorted(RECIPE))
+def test_olmocr2_recipe_matches_the_reference_run(key):
     cfg = load_config("config/olmocr2.yaml")
-    g = cfg["train"]["grpo"]
-    assert (g["learning_rate"], g["beta"], g["num_generations"], g["vllm_mode"]) == (2e-6, 0.01, 28, "colocate")
-    assert cfg["rasterize"]["longest_side"] == 1288 and len(cfg["train"]["seeds"]) == 6
+    value = cfg
+    for part in key.split("."):
+        value = value[part]
+    expected, source = RECIPE[key]
+    assert value == expected, f"{key}: {value!r}, the reference ran {expected!r} ({source})"
+    # every value carries its source in the recipe file's comments
+    text = (REPO / "config" / "olmocr2.yaml").read_text()
+    assert key.rsplit(".", 1)[1] + ":" in text
+
+
+def test_olmocr2_recipe_seeds_and_max_model_length():
+    cfg = load_config("config/olmocr2.yaml")
     levels = {s: grpo_knobs(cfg["train"], s)["importance_sampling_level"] for s in cfg["train"]["seeds"]}
-    assert set(levels.values()) == {"token", "sequence"}
+    assert sorted(levels.values()) == ["sequence"] * 3 + ["token"] * 3  # README:152: 3 + 3 seeds, souped
+    assert cfg["train"]["grpo"]["vllm_max_model_length"] is not None  # never the model's 128k default
     weights = {k for k, v in cfg["rewards"]["weights"].items() if v is not None}
     assert weights == {"bench", "front_matter", "eos"}
+    # 7 training ranks x 1 x 28 accumulation = 196 completions = 7 pages x 28 generations per step
+    ranks = cfg["resources"]["train"]["gpu"] - cfg["resources"]["train"]["vllm_server_gpus"]
+    g = cfg["train"]["grpo"]
+    assert ranks * g["per_device_train_batch_size"] * g["gradient_accumulation_steps"] == 7 * g["num_generations"]
 
 
 def _state(step: int) -> SimpleNamespace:
@@ -158,28 +239,45 @@ def test_completions_table_rows(tmp_path):
     assert not (tmp_path / "completions" / "step000003.jsonl").exists()
 
 
-def _fake_checkpoint(run_dir, step, fingerprint):
+def _fake_checkpoint(run_dir, step, settings):
     folder = run_dir / f"checkpoint-{step}"
     folder.mkdir(parents=True)
     (folder / "trainer_state.json").write_text(json.dumps({"global_step": step}))
-    (folder / RUN_STATE_FILE).write_text(json.dumps({"fingerprint": fingerprint, "wandb_run_id": "abc"}))
+    (folder / RUN_STATE_FILE).write_text(json.dumps({"settings": settings, "wandb_run_id": "abc"}))
     return folder
 
 
 def test_resume_auto_takes_the_newest_matching_checkpoint(tmp_path):
-    _fake_checkpoint(tmp_path, 2, "f1")
-    newest = _fake_checkpoint(tmp_path, 10, "f1")
+    same = {"train.grpo.learning_rate": 1e-6, "world_size": 1}
+    _fake_checkpoint(tmp_path, 2, same)
+    newest = _fake_checkpoint(tmp_path, 10, same)
     (tmp_path / "checkpoint-11").mkdir()  # incomplete (no trainer_state.json): ignored
     assert [p.name for p in checkpoints(tmp_path)] == ["checkpoint-2", "checkpoint-10"]
-    assert resolve_resume("auto", tmp_path, "f1") == newest
-    assert resolve_resume("never", tmp_path, "f1") is None
-    assert resolve_resume(str(newest), tmp_path, "other") == newest
+    assert resolve_resume("auto", tmp_path, same) == newest
+    assert resolve_resume(str(newest), tmp_path, {"other": 1}) == newest
     with pytest.raises(FileNotFoundError):
-        resolve_resume(str(tmp_path / "nope"), tmp_path)
-    # other settings: the old run is removed and training starts over
-    (tmp_path / "metrics.jsonl").write_text('{"step": 1}\n')
-    assert resolve_resume("auto", tmp_path, "f2") is None
-    assert checkpoints(tmp_path) == [] and not (tmp_path / "metrics.jsonl").exists()
+        resolve_resume(str(tmp_path / "nope"), tmp_path, same)
+
+
+def test_changed_trajectory_settings_stop_and_restart_moves_aside(tmp_path):
+    """Other settings: `auto` stops naming the changed keys and touches nothing; `continue` takes the
+    checkpoint anyway; `restart` moves the whole old run aside (nothing deleted)."""
+    from olmpipe.train.resume import ResumeMismatchError
+
+    run = tmp_path / "seed0"
+    old = {"train.grpo.learning_rate": 1e-6, "world_size": 1, "seed": 0}
+    newest = _fake_checkpoint(run, 4, old)
+    (run / "metrics.jsonl").write_text('{"step": 1}\n')
+    before = sorted(p.name for p in run.rglob("*"))
+    new = {**old, "train.grpo.learning_rate": 2e-6, "world_size": 7}
+    with pytest.raises(ResumeMismatchError, match=r"train.grpo.learning_rate: 1e-06 -> 2e-06.*world_size: 1 -> 7"):
+        resolve_resume("auto", run, new)
+    assert sorted(p.name for p in run.rglob("*")) == before
+    assert resolve_resume("continue", run, new) == newest
+    assert resolve_resume("restart", run, new) is None
+    assert not list(run.iterdir())
+    aside = [p for p in tmp_path.iterdir() if p.name.startswith("seed0.old-")]
+    assert len(aside) == 1 and sorted(p.name for p in aside[0].rglob("*")) == before
 
 
 def test_seed_config_and_fingerprint():
@@ -196,3 +294,19 @@ def test_seed_config_and_fingerprint():
                                                                          "grpo": {"save_steps": 7}}}), 4, "m") == base
     assert run_fingerprint(load_config("config/olmocr2.yaml", {"train": {"grpo": {"beta": 0.0}}}), 4, "m") != base
     assert run_fingerprint(cfg, 1, "m") != base and run_fingerprint(cfg, 4, "other") != base
+
+
+def test_colocated_vllm_engine_drops_stale_caches_after_every_weight_sync():
+    """TRL 1.16 resets only the prefix cache after a sync; the trainer also drops vLLM's encoder
+    cache, so a page image seen before the sync is not answered with old vision embeddings."""
+    from olmpipe.train.trainer import ResumableGRPOTrainer
+
+    calls = []
+    engine = SimpleNamespace(reset_prefix_cache=lambda: calls.append("prefix"),
+                             llm_engine=SimpleNamespace(reset_encoder_cache=lambda: calls.append("encoder")))
+    generation = SimpleNamespace(llm=engine, sync_weights=lambda: calls.append("sync"))
+    trainer = SimpleNamespace(vllm_generation=generation)
+    ResumableGRPOTrainer._refresh_after_sync(trainer)
+    generation.sync_weights()
+    generation.sync_weights()
+    assert calls == ["sync", "prefix", "encoder"] * 2

@@ -38,8 +38,8 @@ def job_counts(proc: subprocess.CompletedProcess) -> dict[str, int]:
 
 
 def test_olmocr2_plan_lists_six_gpu_seeds_and_the_soup(tmp_path):
-    """`snakemake -n train --configfile config/olmocr2.yaml`: six 8-GPU training jobs, the soup,
-    the evaluation; token-level and sequence-level seeds; accelerate with 8 processes."""
+    """`snakemake -n train --configfile config/olmocr2.yaml`: six 8-GPU training jobs (7 training
+    ranks + 1 vLLM server GPU), the soup, the evaluation; token-level and sequence-level seeds."""
     for name in ("data", "config"):
         (tmp_path / name).symlink_to(REPO / name)
     proc = snakemake(tmp_path, "-n", "-p", "train", "--configfile", str(REPO / "config" / "olmocr2.yaml"))
@@ -55,7 +55,8 @@ def test_olmocr2_plan_lists_six_gpu_seeds_and_the_soup(tmp_path):
     assert len(commands) == 6
     levels = {}
     for command, config in commands:
-        assert "accelerate.commands.launch --multi_gpu --num_processes 8" in command
+        # 7 training ranks under ZeRO-2 + 1 GPU for `trl vllm-serve`, split inside the job
+        assert "-m olmpipe.launch --exec --gpus 8 --vllm-server-gpus 1 --launcher accelerate --strategy zero2" in command
         seed = int(re.search(r"--seed (\d+)", command)[1])
         job = json.loads(config)
         assert job["train"]["seeds"] == [seed] and job["model"]["path"] == "allenai/olmOCR-7B-0825"
@@ -80,7 +81,7 @@ def test_seeds_train_as_jobs_and_soup(tmp_path):
     (tmp_path / "config").mkdir()
     (tmp_path / "config" / "config.yaml").write_text(yaml.safe_dump(CONFIG))
     first = snakemake(tmp_path, "soup")
-    assert job_counts(first) == {"rasterize_pdf": 3, "rasterize": 1, "validate": 1, "build_model": 1,
+    assert job_counts(first) == {"rasterize": 1, "validate": 1, "build_model": 1,
                                  "train_seed": 2, "soup": 1}
     for seed in (0, 1):
         run = tmp_path / "results" / "train" / f"seed{seed}"

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -12,7 +14,7 @@ from benchdata import make_blank_pdf, make_corrupt_pdf, make_small_bench, sample
 from olmpipe.config import validate_config
 from olmpipe.rasterize import rasterize_bench
 from olmpipe.split import eval_count, split_pdfs
-from olmpipe.validate import ValidationFailed, check_pdf_field, main, run_validate
+from olmpipe.validate import OutputError, ValidationFailed, check_pdf_field, main, run_validate
 
 GOOD = {"pdf": "earnings.pdf", "page": 1, "type": "present", "text": "Earnings"}
 
@@ -96,14 +98,21 @@ def test_bad_test_is_reported_with_file_line_and_reason(bench, tmp_path, record,
         assert problem["test_id"] == record["id"]
 
 
-def test_duplicate_ids_across_files_keep_the_first(bench, tmp_path):
+def test_duplicate_ids_across_files_fail_even_with_drop_and_keep_neither(bench, tmp_path):
+    # a new file sorting before dataset.jsonl must not replace the real test (the first copy used to win)
     first_id = sample_records()[0]["id"]
-    write_jsonl(bench / "more.jsonl", [{**GOOD, "id": "new"}, {**GOOD, "id": first_id}])
-    result, out = _run(bench, tmp_path, on_invalid="drop")
-    (problem,) = result.problems
-    assert problem.test_id == first_id and problem.line == 2 and problem.file.endswith("more.jsonl")
-    assert f"duplicate test id (first defined in {bench / 'dataset.jsonl'} line 1)" in problem.reason
-    assert [json.loads(x)["id"] for x in (out / "tests" / "more.jsonl").read_text().splitlines()] == ["new"]
+    write_jsonl(bench / "aaa.jsonl", [{**GOOD, "id": "new"}, {**GOOD, "id": first_id}])
+    with pytest.raises(ValidationFailed) as info:
+        _run(bench, tmp_path, on_invalid="drop")
+    report = json.loads((tmp_path / "validate" / "report.json").read_text())
+    located = {(Path(p["file"]).name, p["line"], p["test_id"]) for p in report["problems"]}
+    assert located == {("aaa.jsonl", 2, first_id), ("dataset.jsonl", 1, first_id)}
+    assert f"duplicate test id (also defined in {bench / 'aaa.jsonl'} line 2)" in str(info.value)
+    assert f"duplicate test id (also defined in {bench / 'dataset.jsonl'} line 1)" in str(info.value)
+    assert report["counts"]["fatal_problems"] == 2
+    kept = [json.loads(x)["id"] for f in ("aaa.jsonl", "dataset.jsonl")
+            for x in (tmp_path / "validate" / "tests" / f).read_text().splitlines()]
+    assert "new" in kept and first_id not in kept
 
 
 def test_duplicate_id_within_a_file(bench, tmp_path):
@@ -228,3 +237,79 @@ def test_math_check_with_real_katex(bench, tmp_path, monkeypatch):
     result, _ = _run(bench, tmp_path, check_math=True, on_invalid="drop")
     (problem,) = result.problems
     assert problem.test_id == "m-bad" and problem.reason.startswith("math does not render with KaTeX: ")
+
+
+def _snapshot(folder: Path) -> dict[str, bytes]:
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_a_failed_write_leaves_the_previous_outputs_untouched(bench, tmp_path, monkeypatch):
+    _, out = _run(bench, tmp_path)
+    before = _snapshot(out)
+    assert set(before) == {"tests/dataset.jsonl", "report.json", "pages.jsonl"}
+    write_jsonl(bench / "extra.jsonl", [{**GOOD, "id": "extra"}])  # the next run has new outputs
+
+    def read_only(*args, **kwargs):
+        raise PermissionError(errno.EACCES, "Permission denied")
+
+    with monkeypatch.context() as m:  # the output folder cannot take the temporary folder
+        m.setattr("olmpipe.validate.tempfile.mkdtemp", read_only)
+        with pytest.raises(OutputError, match=f"cannot write the validate outputs in {out}: Permission denied"):
+            _run(bench, tmp_path)
+    assert _snapshot(out) == before
+
+    real_rename = Path.rename
+
+    def rename(self, target):  # the last move fails: the two done before it are undone
+        if Path(target) == out / "pages.jsonl" and self.name == "pages.jsonl" and self.parent != out:
+            raise OSError(errno.EROFS, "Read-only file system")
+        return real_rename(self, target)
+
+    with monkeypatch.context() as m:
+        m.setattr(Path, "rename", rename)
+        with pytest.raises(OutputError, match="Read-only file system"):
+            _run(bench, tmp_path)
+    assert _snapshot(out) == before
+    assert sorted(p.name for p in out.iterdir()) == ["pages.jsonl", "report.json", "tests"]  # no temporary left
+
+    if os.geteuid() != 0:  # a really read-only folder (root writes anyway)
+        out.chmod(0o555)
+        try:
+            with pytest.raises(OutputError):
+                _run(bench, tmp_path)
+        finally:
+            out.chmod(0o755)
+        assert _snapshot(out) == before
+
+    _run(bench, tmp_path)
+    assert set(_snapshot(out)) == {"tests/dataset.jsonl", "tests/extra.jsonl", "report.json", "pages.jsonl"}
+
+
+def test_cli_missing_bench_folder_and_manifest(tmp_path, caplog):
+    config = tmp_path / "config.yaml"
+    config.write_text(f"bench:\n  dir: {tmp_path / 'nowhere'}\nvalidate:\n  check_math: false\n  on_invalid: drop\n")
+    manifest = tmp_path / "manifest.jsonl"
+    args = ["--config", str(config), "--manifest", str(manifest), "--out", str(tmp_path / "v")]
+    assert main(args) == 1
+    assert f"{manifest}: no rasterize manifest; run `olmpipe rasterize` first" in caplog.text
+    manifest.write_text("")
+    caplog.clear()
+    assert main(args) == 1  # fails even with on_invalid: drop
+    assert f"{tmp_path / 'nowhere'}: bench folder does not exist" in caplog.text
+    assert "no *.jsonl test files" not in caplog.text
+
+
+def test_upper_case_pdf_is_named_exactly(tmp_path):
+    root = make_small_bench(tmp_path / "bench", pdfs=("earnings.pdf",))
+    make_blank_pdf(root / "pdfs" / "scans" / "BLANK.PDF")
+    page = {"page": 1, "type": "baseline"}
+    write_jsonl(root / "extra.jsonl", [{**page, "id": "exact", "pdf": "scans/BLANK.PDF"},
+                                       {**page, "id": "lower", "pdf": "scans/BLANK.pdf"}])
+    rasterize_bench(root, tmp_path / "rasterize", longest_side=32, on_error="error")
+    result, _ = _run(root, tmp_path, on_invalid="drop")
+    expected = (f"{root / 'extra.jsonl'}:2: test 'lower': PDF 'scans/BLANK.pdf' does not exist in {root / 'pdfs'} "
+                "(the PDF is named 'scans/BLANK.PDF'; the name must match exactly)")
+    assert _reasons(result) == [expected]
+    (entry,) = [p for p in result.pages if p.pdf != "earnings.pdf"]
+    assert (entry.pdf, entry.test_ids) == ("scans/BLANK.PDF", ["exact"])
+    assert entry.image == str(tmp_path / "rasterize" / "pages" / "scans" / "BLANK" / "pg1.png")

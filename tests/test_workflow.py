@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import shutil
 import sys
 
 import pytest
@@ -11,12 +13,14 @@ from olmpipe.config import validate_config
 from olmpipe.workflow import (
     RASTERIZE_CODE,
     VALIDATE_CODE,
+    BenchLayoutError,
     bench_test_files,
     benches,
     code_version,
     discover_pdfs,
     model_dir,
     page_dirs,
+    pdf_files,
     pdf_path_for,
 )
 
@@ -72,3 +76,72 @@ def test_code_version_follows_the_source(tmp_path, monkeypatch):
 
 def test_stage_code_lists_resolve():
     assert code_version(*RASTERIZE_CODE) != code_version(*VALIDATE_CODE)
+
+
+def test_missing_bench_folder_says_so(tmp_path):
+    with pytest.raises(FileNotFoundError, match=r"bench folder .*nowhere does not exist"):
+        discover_pdfs(tmp_path / "nowhere")
+
+
+def test_pdf_ids_keep_the_exact_name(tmp_path):
+    make_blank_pdf(tmp_path / "pdfs" / "UPPER.PDF")
+    make_blank_pdf(tmp_path / "pdfs" / "a" / "Mixed.Pdf")
+    make_blank_pdf(tmp_path / "pdfs" / "lower.pdf")
+    assert pdf_files(tmp_path) == {"UPPER": "UPPER.PDF", "a/Mixed": "a/Mixed.Pdf", "lower": "lower.pdf"}
+    assert pdf_path_for(tmp_path, "UPPER", "UPPER.PDF") == f"{tmp_path}/pdfs/UPPER.PDF"
+
+
+@pytest.mark.parametrize(
+    ("pdfs", "named"),
+    [
+        (("sub.pdf", "sub/x.pdf"), ("pdfs/sub.pdf", "pdfs/sub/x.pdf")),
+        (("a/sub.pdf", "a/sub/deep/x.pdf"), ("pdfs/a/sub.pdf", "pdfs/a/sub/deep/x.pdf")),
+        (("x.pdf", "x.PDF"), ("pdfs/x.PDF", "pdfs/x.pdf")),
+    ],
+    ids=["pdf-beside-folder", "nested", "case-twins"],
+)
+def test_pdfs_that_would_share_a_rasterize_folder_are_an_error(tmp_path, pdfs, named):
+    for pdf in pdfs:
+        make_blank_pdf(tmp_path / "pdfs" / pdf)
+    with pytest.raises(BenchLayoutError) as info:
+        pdf_files(tmp_path)
+    for path in named:
+        assert str(tmp_path / path) in str(info.value)
+
+
+# Real Snakemake (helpers of test_workflow_reruns): the bench layout problems of issue 10 §3.
+def test_snakemake_renders_and_validates_an_upper_case_pdf_under_its_exact_name(tmp_path):
+    from benchdata import make_small_bench, sample_records, write_jsonl
+    from test_workflow_reruns import job_counts, snakemake, write_config
+
+    bench = make_small_bench(tmp_path / "bench", pdfs=("earnings.pdf",))
+    shutil.copy2(SAMPLE / "pdfs" / "mattsnotes.pdf", bench / "pdfs" / "NOTES.PDF")
+    records = sample_records(("earnings.pdf", "mattsnotes.pdf"))
+    write_jsonl(bench / "dataset.jsonl",
+                [{**r, "pdf": "NOTES.PDF"} if r["pdf"] == "mattsnotes.pdf" else r for r in records])
+    write_config(tmp_path)
+    proc = snakemake(tmp_path, "validate")
+    assert job_counts(proc) == {"rasterize": 1, "validate": 1}
+    pages = [json.loads(line) for line in (tmp_path / "results/validate/pages.jsonl").read_text().splitlines()]
+    assert sorted((p["pdf"], p["page"], p["image"]) for p in pages if p["pdf"] != "earnings.pdf") == [
+        ("NOTES.PDF", n, f"results/rasterize/pages/NOTES/pg{n}.png") for n in (1, 2, 3)]
+    assert json.loads((tmp_path / "results/validate/report.json").read_text())["problems"] == []
+
+
+@pytest.mark.parametrize("layout", ["missing-bench", "pdf-beside-folder"])
+def test_snakemake_bench_layout_errors_are_one_clear_line(tmp_path, layout):
+    from benchdata import make_small_bench
+    from test_workflow_reruns import snakemake, write_config
+
+    write_config(tmp_path)
+    if layout == "missing-bench":
+        expected = f"bench.dir: bench folder bench does not exist (a relative path is read from the working directory, {tmp_path})"
+    else:
+        bench = make_small_bench(tmp_path / "bench", pdfs=("earnings.pdf",))
+        make_blank_pdf(bench / "pdfs" / "sub.pdf")
+        make_blank_pdf(bench / "pdfs" / "sub" / "x.pdf")
+        expected = "bench.dir: bench/pdfs/sub.pdf and bench/pdfs/sub/x.pdf: the pages of sub.pdf go to the folder sub/"
+    proc = snakemake(tmp_path, "validate", "--dry-run", check=False)
+    text = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and expected in text, text
+    assert "Traceback" not in text and len(text.strip().splitlines()) <= 4, text

@@ -66,7 +66,7 @@ def workdir(tmp_path):
     make_small_bench(tmp_path / "bench")
     write_config(tmp_path)
     first = snakemake(tmp_path, "validate")
-    assert job_counts(first) == {"rasterize_pdf": 3, "rasterize": 1, "validate": 1}
+    assert job_counts(first) == {"rasterize": 1, "validate": 1}
     return tmp_path
 
 
@@ -77,7 +77,7 @@ def test_nothing_changed_nothing_to_do(workdir):
 
 def test_rasterize_setting_reruns_everything_from_rasterize(workdir):
     write_config(workdir, longest_side=40)
-    assert job_counts(snakemake(workdir, "validate")) == {"rasterize_pdf": 3, "rasterize": 1, "validate": 1}
+    assert job_counts(snakemake(workdir, "validate")) == {"rasterize": 1, "validate": 1}
     assert '"width": 40' in (workdir / "results/rasterize/manifest.jsonl").read_text()
 
 
@@ -92,12 +92,18 @@ def test_edited_jsonl_reruns_validate_only(workdir):
 
 
 def test_added_pdf_rasterizes_only_that_pdf(workdir):
+    pages = workdir / "results/rasterize/pages"
+    before = {png: png.stat().st_mtime_ns for png in pages.rglob("*.png")}
     shutil.copy2(SAMPLE / "pdfs" / "lincoln_letter.pdf", workdir / "bench" / "pdfs" / "lincoln_letter.pdf")
     records = sample_records((*{r["pdf"] for r in sample_records()}, "lincoln_letter.pdf"))
     write_jsonl(workdir / "bench" / "dataset.jsonl", records)
     dry = snakemake(workdir, "validate", "--dry-run")
-    assert "results/rasterize/pages/lincoln_letter" in dry.stdout
-    assert job_counts(snakemake(workdir, "validate")) == {"rasterize_pdf": 1, "rasterize": 1, "validate": 1}
+    assert "bench/pdfs/lincoln_letter.pdf" in dry.stdout
+    assert job_counts(snakemake(workdir, "validate")) == {"rasterize": 1, "validate": 1}
+    # the one rasterize job rendered the new PDF and left every other page untouched
+    assert {png: png.stat().st_mtime_ns for png in before} == before
+    assert (pages / "lincoln_letter" / "pg1.png").is_file()
+    assert "1 rendered, 3 reused" in (workdir / "logs/rasterize/rasterize.log").read_text()
 
 
 def test_corrupt_pdf_fails_naming_the_file_or_is_skipped(tmp_path):
@@ -126,7 +132,7 @@ def test_separate_eval_bench_gets_its_own_pages(tmp_path):
     write_config(tmp_path)
     text = (tmp_path / "config" / "config.yaml").read_text().replace("  dir: bench\n", "  dir: bench\n  eval_dir: evalbench\n")
     (tmp_path / "config" / "config.yaml").write_text(text)
-    assert job_counts(snakemake(tmp_path, "validate")) == {"rasterize_pdf": 3, "rasterize": 1, "validate": 1}
+    assert job_counts(snakemake(tmp_path, "validate")) == {"rasterize": 1, "validate": 1}
     assert (tmp_path / "results/rasterize/eval-pages/mattsnotes/pg3.png").is_file()
     pages = (tmp_path / "results/validate/pages.jsonl").read_text().splitlines()
     assert sum('"split": "eval"' in line for line in pages) == 4

@@ -96,34 +96,65 @@ def find_chromium(executable: str | os.PathLike | None = None) -> str:
     raise BrowserNotFoundError(f"no Chromium found on PATH ({', '.join(CHROMIUM_CANDIDATES)}): {INSTALL_HINT}")
 
 
-def _reap(pid: int, owner_pid: int, profile_dir: Path) -> None:
-    """Kill the browser's process group, wait for it, remove its profile (owner process only:
-    a forked child leaves its parent's browser running)."""
+def _reap(pid: int, owner_pid: int, *folders: Path) -> None:
+    """Kill the browser's process group, wait for it, remove its profile and temporary folder
+    (owner process only: a forked child leaves its parent's browser running)."""
     if owner_pid != os.getpid():
         return
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, signal.SIGKILL)
     with contextlib.suppress(ChildProcessError):
         os.waitpid(pid, 0)
-    shutil.rmtree(profile_dir, ignore_errors=True)
+    for folder in folders:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 _PROFILE_PREFIX = "olmpipe-chromium-"
+# The browser's private TMPDIR, kept short (see _browser_tmpdir).
+_TMP_PREFIX = "olmcr-"
+_FALLBACK_TMP = "/tmp"
+# Chromium puts its process-singleton socket at $TMPDIR/org.chromium.Chromium.XXXXXX/SingletonSocket
+# and exits ("Socket path too long") when that path exceeds a Unix socket path's 107 bytes.
+_SOCKET_PATH_MAX = 107
+_SINGLETON_TAIL = len("/org.chromium.Chromium.XXXXXX/SingletonSocket")
 
 
 def _remove_stale_profiles() -> None:
-    """Delete temporary browser profiles left by processes of this user that were killed
-    (a killed process cannot clean up; its browser exits by itself when the pipe closes)."""
-    for folder in Path(tempfile.gettempdir()).glob(_PROFILE_PREFIX + "*-*"):
-        pid = folder.name[len(_PROFILE_PREFIX):].split("-", 1)[0]
+    """Delete temporary browser profiles and folders left by processes of this user that were
+    killed (a killed process cannot clean up; its browser exits by itself when the pipe closes)."""
+    for base in dict.fromkeys((tempfile.gettempdir(), _FALLBACK_TMP)):
+        for prefix in (_PROFILE_PREFIX, _TMP_PREFIX):
+            for folder in Path(base).glob(prefix + "*-*"):
+                pid = folder.name[len(prefix):].split("-", 1)[0]
+                try:
+                    if not pid.isdigit() or folder.stat().st_uid != os.getuid():
+                        continue
+                    os.kill(int(pid), 0)  # raises ProcessLookupError when the owner is gone
+                except ProcessLookupError:
+                    shutil.rmtree(folder, ignore_errors=True)
+                except OSError:
+                    continue
+
+
+def _browser_tmpdir() -> Path:
+    """A new private ``TMPDIR`` for one browser, removed with its profile.
+
+    Chromium leaves its singleton folder (``org.chromium.Chromium.*``) in ``$TMPDIR`` at every
+    start, even after a clean close. The folder is made in the temporary folder when the socket
+    path below it fits, else in /tmp (a long ``$TMPDIR``, e.g. pytest's, would stop the browser).
+    """
+    folder = ""
+    for base in dict.fromkeys((tempfile.gettempdir(), _FALLBACK_TMP)):
         try:
-            if not pid.isdigit() or folder.stat().st_uid != os.getuid():
-                continue
-            os.kill(int(pid), 0)  # raises ProcessLookupError when the owner is gone
-        except ProcessLookupError:
-            shutil.rmtree(folder, ignore_errors=True)
+            folder = tempfile.mkdtemp(prefix=f"{_TMP_PREFIX}{os.getpid()}-", dir=base)
         except OSError:
             continue
+        if len(os.fsencode(folder)) + _SINGLETON_TAIL <= _SOCKET_PATH_MAX:
+            return Path(folder)
+        os.rmdir(folder)
+    raise BrowserError(f"no temporary folder with a path short enough for Chromium's socket "
+                       f"(at most {_SOCKET_PATH_MAX - _SINGLETON_TAIL} bytes; TMPDIR is "
+                       f"{tempfile.gettempdir()!r}); set TMPDIR to a shorter folder")
 
 
 def _high_fd(fd: int) -> int:
@@ -136,7 +167,8 @@ def _high_fd(fd: int) -> int:
 class BrowserPipe:
     """One running Chromium and its DevTools pipe. Not thread-safe: callers serialize calls."""
 
-    def __init__(self, pid: int, to_browser: int, from_browser: int, profile_dir: Path) -> None:
+    def __init__(self, pid: int, to_browser: int, from_browser: int, profile_dir: Path,
+                 tmp_dir: Path | None = None) -> None:
         self.pid = pid
         self._to = to_browser
         self._from = from_browser
@@ -146,14 +178,25 @@ class BrowserPipe:
         self._closed = False
         self.owner_pid = os.getpid()
         # kills the browser if this object is dropped or the interpreter exits without close()
-        self._finalizer = weakref.finalize(self, _reap, pid, self.owner_pid, profile_dir)
+        self.tmp_dir = tmp_dir
+        folders = (profile_dir,) if tmp_dir is None else (profile_dir, tmp_dir)
+        self._finalizer = weakref.finalize(self, _reap, pid, self.owner_pid, *folders)
 
     @classmethod
     def launch(cls, executable: str | os.PathLike | None = None, *, timeout: float = 30.0) -> BrowserPipe:
-        """Start Chromium headless with a fresh temporary profile and wait until it answers."""
+        """Start Chromium headless with a fresh temporary profile and wait until it answers.
+
+        The browser gets its own ``TMPDIR`` (:func:`_browser_tmpdir`); both folders are removed
+        when it is closed or killed, or by a later launch when their owner process is gone.
+        """
         path = find_chromium(executable)
         _remove_stale_profiles()
-        profile_dir = Path(tempfile.mkdtemp(prefix=f"{_PROFILE_PREFIX}{os.getpid()}-"))
+        tmp_dir = _browser_tmpdir()
+        try:
+            profile_dir = Path(tempfile.mkdtemp(prefix=f"{_PROFILE_PREFIX}{os.getpid()}-"))
+        except OSError:
+            shutil.rmtree(tmp_dir, ignore_errors=True)
+            raise
         cmd_r, cmd_w = (_high_fd(fd) for fd in os.pipe())
         out_r, out_w = (_high_fd(fd) for fd in os.pipe())
         log_fd = os.open(profile_dir / "chromium.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
@@ -163,7 +206,7 @@ class BrowserPipe:
             pid = os.posix_spawn(
                 path,
                 argv,
-                os.environ,
+                {**os.environ, "TMPDIR": str(tmp_dir)},
                 file_actions=[
                     (os.POSIX_SPAWN_DUP2, null_fd, 0),
                     (os.POSIX_SPAWN_DUP2, log_fd, 1),
@@ -177,6 +220,7 @@ class BrowserPipe:
             for fd in (cmd_r, cmd_w, out_r, out_w):
                 os.close(fd)
             shutil.rmtree(profile_dir, ignore_errors=True)
+            shutil.rmtree(tmp_dir, ignore_errors=True)
             raise BrowserError(f"could not start {path}: {exc}") from exc
         finally:
             os.close(log_fd)
@@ -185,7 +229,7 @@ class BrowserPipe:
         os.close(out_w)
         for fd in (cmd_w, out_r):
             os.set_blocking(fd, False)
-        browser = cls(pid, cmd_w, out_r, profile_dir)
+        browser = cls(pid, cmd_w, out_r, profile_dir, tmp_dir)
         try:
             browser.call("Browser.getVersion", timeout=timeout)
         except BrowserError as exc:

@@ -19,8 +19,11 @@ footnote   marker, appears_before_marker, appears_after_marker
 ========== ================================================================================
 
 Validation follows the reference (olmocr 0.4.27 ``tests.py``) and adds checks the reference lets
-through but that make a test meaningless (wrong field types, unknown fields, ``max_diffs`` so large
-that a present/absent test can never fail or pass). Every problem becomes a :class:`TestLoadError`
+through but that make a test meaningless (wrong field types, unknown fields, ``max_diffs`` larger
+than the text it compares: at or past a present/absent/format/footnote text's length the fuzzy
+threshold is <= 0, past a table's longest field every threshold is at its 0.5 floor, and a math test
+ignores it, so past the equation's length it is a mistake; ``baseline`` compares no text and, as in
+the reference, ignores it unchecked). Every problem becomes a :class:`TestLoadError`
 naming the file, the line, the test id and the reason::
 
     tests = load_tests("data/bench/olmocr-sample/dataset.jsonl")
@@ -244,6 +247,14 @@ class TableTest(Test):
                 _check_str(name, value)
         _check_bool("ignore_markdown_tables", self.ignore_markdown_tables)
         norm = {name: normalize_text(getattr(self, name)) for name in ("cell", *_TABLE_NEIGHBOURS)}
+        # Each field is compared with the threshold max(0.5, 1 - max_diffs / len(field))
+        # (olmocr 0.4.27 bench/tests.py, TableTest.run, lines 673-674 and 719-847): past the longest
+        # field's length every threshold sits at its 0.5 floor, so a larger value only hides a typo.
+        longest = max(len(text) for text in norm.values())
+        if self.max_diffs > longest:
+            _fail(f"max_diffs {self.max_diffs} is larger than the longest text this table test compares "
+                  f"({longest} characters in 'cell' and its neighbours); beyond that every similarity "
+                  f"threshold is already at its 0.5 floor")
         self._set("_norm", norm)
 
 
@@ -261,6 +272,11 @@ class MathTest(Test):
         _check_str("math", self.math)
         if not self.math.strip():
             _fail("field 'math' is empty; give the LaTeX of the equation")
+        # olmocr 0.4.27 MathTest.run (bench/tests.py, lines 949-996) never reads max_diffs; a value
+        # beyond the equation's length can only be a mistake, most likely a test meant for another type.
+        if self.max_diffs > len(self.math.strip()):
+            _fail(f"max_diffs {self.max_diffs} is larger than the equation ({len(self.math.strip())} characters); "
+                  f"math tests do not use max_diffs (the rendering is compared), so give 0")
         _check_bool("ignore_dollar_delimited", self.ignore_dollar_delimited)
 
 
@@ -327,11 +343,23 @@ class FootnoteTest(Test):
             _fail("field 'marker' is empty")
         if " " in self.marker:
             _fail(f"field 'marker' cannot contain spaces, got {self.marker!r}")
+        compared = []
         for name in ("appears_before_marker", "appears_after_marker"):
             value = getattr(self, name)
             _check_str(name, value, optional=True)
             if value:
                 _nonempty(name, normalize_text(value))
+                compared.append((name, normalize_text(value)))
+        # The texts around the marker pass at a ratio of 1 - max_diffs / len(text) (checks.py,
+        # _near_marker, after olmocr main's FootnoteTest): at max_diffs >= len(text) that is <= 0 and
+        # the text matches anything. Without texts only the marker is looked for, exactly.
+        for name, text in compared:
+            if self.max_diffs >= len(text):
+                _fail(f"max_diffs {self.max_diffs} is too large for {name!r} of {len(text)} characters "
+                      f"(the fuzzy threshold would be <= 0, so any text would pass)")
+        if not compared and self.max_diffs > len(self.marker):
+            _fail(f"max_diffs {self.max_diffs} is larger than the marker ({len(self.marker)} characters), "
+                  f"the only text this footnote test compares (exactly); give 0")
 
 
 TEST_CLASSES: dict[str, type[Test]] = {

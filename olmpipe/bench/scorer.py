@@ -15,10 +15,15 @@ This is the reward engine of GRPO: every completion of every step goes through i
   its deadline plus a grace period is killed and replaced, every test of that completion fails with
   ``"timeout"`` and the rest of its chunk is sent again. A crashed worker is replaced the same way
   (reason ``"worker crashed"`` for the completion it was on).
+- Every worker runs under a memory limit (``memory_mb``, its address space; see
+  :mod:`olmpipe.bench.worker`): a completion that crosses it fails its remaining tests with reason
+  ``"memory"`` (counted in :attr:`BatchResult.errors`), and the worker is replaced without blaming
+  the rest of its chunk. The table parser's cell budget keeps ordinary hostile tables far below it.
 - Nothing a model writes can make :meth:`BenchScorer.score` raise: the text is coerced to ``str``
   (None -> ``""``), checks that raise count as failed tests.
 
-``processes=0`` runs in the calling process (no hard time bound, only the cooperative one)::
+``processes=0`` runs in the calling process (no hard time bound, only the cooperative one, and no
+memory limit: only the table parser's budget bounds memory there)::
 
     with BenchScorer(processes=2, timeout_s=10) as scorer:
         results = scorer.score([(text, tests) for text in completions])
@@ -45,6 +50,7 @@ from olmpipe.bench.run import TIMEOUT_REASON, Verdict, micro_macro, run_tests
 from olmpipe.bench.worker import (
     CRASH_REASON,
     IDLE,
+    MEMORY_REASON,
     PROGRESS_SIZE,
     STARTING_RENDERER,
     Progress,
@@ -55,6 +61,7 @@ from olmpipe.bench.worker import (
 log = logging.getLogger(__name__)
 
 _IN_FLIGHT = 2  # chunks a worker holds at once
+DEFAULT_MEMORY_MB = 2048  # address space per worker (a worker idles at ~50 MB, a 2 MB page needs < 1 GB)
 
 
 @dataclass(frozen=True)
@@ -72,7 +79,7 @@ class BatchResult:
         micro, macro = micro_macro(verdicts)
         timed_out = any(v.reason == TIMEOUT_REASON for v in verdicts)
         errors = [f"{v.test_id}: {v.reason}" for v in verdicts
-                  if v.reason.startswith("error:") or v.reason == CRASH_REASON]
+                  if v.reason.startswith("error:") or v.reason in (CRASH_REASON, MEMORY_REASON)]
         return cls(verdicts, micro, macro, timed_out, errors)
 
 
@@ -90,7 +97,7 @@ class _Worker:
     cannot run twice), which a worker must not do.
     """
 
-    def __init__(self, timeout_s: float) -> None:
+    def __init__(self, timeout_s: float, memory_mb: float = 0) -> None:
         progress_fd = _progress_file()
         ours, theirs = socket.socketpair()
         env = dict(os.environ)
@@ -101,7 +108,7 @@ class _Worker:
             self.progress.write(IDLE)
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "olmpipe.bench.worker", str(theirs.fileno()), repr(timeout_s),
-                 str(progress_fd)],
+                 str(progress_fd), repr(float(memory_mb))],
                 pass_fds=[theirs.fileno(), progress_fd], env=env, stdin=subprocess.DEVNULL)
         finally:
             theirs.close()
@@ -169,18 +176,23 @@ class ScorerConfig:
     timeout_s: float = 10.0
     grace_s: float = 2.0
     startup_s: float = 120.0  # a worker that is not up by then is replaced
+    memory_mb: float = DEFAULT_MEMORY_MB  # each worker's address-space limit; 0: none
 
 
 class BenchScorer:
     """Persistent multi-process scorer; see the module docstring. Use as a context manager or call
     :meth:`close`."""
 
-    def __init__(self, processes: int = 1, timeout_s: float = 10.0, *, grace_s: float = 2.0) -> None:
+    def __init__(self, processes: int = 1, timeout_s: float = 10.0, *, grace_s: float = 2.0,
+                 memory_mb: float = DEFAULT_MEMORY_MB) -> None:
         if processes < 0:
             raise ValueError(f"processes must be >= 0, got {processes}")
         if timeout_s <= 0:
             raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
-        self.config = ScorerConfig(int(processes), float(timeout_s), float(grace_s))
+        if memory_mb < 0:
+            raise ValueError(f"memory_mb must be >= 0 (0: no limit), got {memory_mb}")
+        self.config = ScorerConfig(int(processes), float(timeout_s), float(grace_s),
+                                   memory_mb=float(memory_mb))
         self._workers: list[_Worker] = []
         self._local: dict = {}
 
@@ -212,7 +224,7 @@ class BenchScorer:
         close_renderer(self._local.pop("renderer", None))
 
     def _spawn(self) -> _Worker:
-        return _Worker(self.config.timeout_s)
+        return _Worker(self.config.timeout_s, self.config.memory_mb)
 
     # -- scoring -----------------------------------------------------------------------------------
     def score(self, items: Iterable[tuple[object, Sequence]]) -> list[BatchResult]:
@@ -281,6 +293,15 @@ class BenchScorer:
             worker.kill()
             self._workers[self._workers.index(worker)] = self._spawn()
 
+        def retire(worker: _Worker) -> None:
+            """The worker ran out of memory and exits: resend what it did not answer, unblamed."""
+            log.warning("bench worker crossed its memory limit (%g MB); replacing it", self.config.memory_mb)
+            queue.extendleft(reversed(worker.pending))
+            worker.pending.clear()
+            worker.chunks = 0
+            worker.kill()
+            self._workers[self._workers.index(worker)] = self._spawn()
+
         def wants_more(worker: _Worker) -> bool:
             """An idle worker takes a chunk; a busy one a second only if idle (or starting) ones
             still get one each, so that a worker that starts late is not left without work."""
@@ -317,6 +338,9 @@ class BenchScorer:
                 answered = {index for index, _ in message[1]}
                 worker.pending = deque(i for i in worker.pending if i not in answered)
                 worker.chunks = max(0, worker.chunks - 1)
+                if len(message) > 2:  # it crossed its memory limit and exits
+                    retire(worker)
+                    return
             worker.started = time.monotonic()
 
         while done[0] < n:
@@ -339,7 +363,7 @@ class BenchScorer:
 
 
 def score_batch(items: Iterable[tuple[object, Sequence]], *, processes: int = 1,
-                timeout_s: float = 10.0) -> list[BatchResult]:
+                timeout_s: float = 10.0, memory_mb: float = DEFAULT_MEMORY_MB) -> list[BatchResult]:
     """Score ``(text, tests)`` items once with a temporary :class:`BenchScorer`."""
-    with BenchScorer(processes=processes, timeout_s=timeout_s) as scorer:
+    with BenchScorer(processes=processes, timeout_s=timeout_s, memory_mb=memory_mb) as scorer:
         return scorer.score(items)

@@ -6,7 +6,8 @@
 ``generation.backend`` picks the backend: ``transformers`` (CPU or GPU, the embedded default),
 ``vllm`` (offline engine; vLLM is imported only then) or ``openai`` (an OpenAI-compatible
 server). All three return :class:`~olmpipe.generate.base.Completion` objects, and
-:mod:`olmpipe.generate.decoding` turns them into identical ``generations.jsonl`` records.
+:mod:`olmpipe.generate.decoding` turns them into identical ``generations.jsonl`` records
+(:mod:`olmpipe.generate.pipeline` in olmOCR's pipeline-compatible mode).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from olmpipe.generate.base import (
     Sampling,
 )
 from olmpipe.generate.decoding import DecodingSettings, decode_batch, iter_generate, make_requests
+from olmpipe.generate.pipeline import PipelineMode, PipelineSettings
 
 BACKENDS = ("transformers", "vllm", "openai")
 
@@ -36,6 +38,8 @@ __all__ = [
     "GenerationError",
     "GenerationRecord",
     "PageRequest",
+    "PipelineMode",
+    "PipelineSettings",
     "Sampling",
     "backend_identity",
     "decode_batch",

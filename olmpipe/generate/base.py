@@ -94,8 +94,13 @@ class GenerationRecord:
     ``text`` is the page text (front matter removed), the content of the candidate ``.md`` file;
     ``raw`` the model's full answer. ``failed`` is True when no attempt ended with EOS;
     ``failure`` then says why: ``"no_eos"`` (every attempt hit the token limit; the text of the
-    last one is kept) or ``"error"`` (the last attempt failed in the backend; ``error`` says how).
+    last one is kept) or ``"error"`` (the last attempt failed in the backend; ``error`` says how);
+    the pipeline mode's fallback pages may also be ``"invalid"`` (answers ended with EOS but none
+    was usable).
     ``settings`` is the fingerprint of the generation settings, used to resume only compatible work.
+    ``pipeline`` is set only in the pipeline-compatible mode (:mod:`olmpipe.generate.pipeline`):
+    outcome, rotation attempts, applied rotation, ``fallback``; without it the line is written
+    exactly as before the mode existed.
     """
 
     pdf: str
@@ -119,13 +124,17 @@ class GenerationRecord:
     failed: bool = False
     failure: str | None = None
     error: str | None = None
+    pipeline: dict[str, Any] | None = None
 
     @property
     def key(self) -> tuple[str, int, int]:
         return (self.pdf, self.page, self.repeat)
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        data = asdict(self)
+        if data["pipeline"] is None:
+            del data["pipeline"]  # records of the plain mode keep their original keys
+        return data
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> GenerationRecord:

@@ -10,6 +10,10 @@ Work is handed to the backend in batches of ``batch_size`` requests. All request
 through ladder step 1 together, the unfinished ones through step 2 together, and so on, so a
 batched engine (vLLM, padded transformers ``generate``) always sees full batches of equal
 sampling parameters.
+
+With ``generation.pipeline.enabled`` the batches go through olmOCR's pipeline logic instead
+(:mod:`olmpipe.generate.pipeline`: ladder by attempt, rotation retry, fallback pages); with it off
+nothing here changes, records and fingerprints included.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from olmpipe.generate.base import (
     PageRequest,
     Sampling,
 )
+from olmpipe.generate.pipeline import PipelineMode, decode_pipeline_batch
 from olmpipe.prompts import PROMPT_NAME, parse_page_output
 
 logger = logging.getLogger(__name__)
@@ -242,11 +247,13 @@ def iter_generate(
     image_hashes: Mapping[str, str],
     model: str,
     fingerprint: str,
+    pipeline: PipelineMode | None = None,
 ) -> Iterator[list[GenerationRecord]]:
     """Decode ``requests`` batch by batch, yielding each batch's records as soon as they exist.
 
     Callers append the records to their journal after every batch, so an interrupted run loses at
-    most one batch of work.
+    most one batch of work. ``pipeline`` with ``settings.enabled`` decodes with olmOCR's pipeline
+    logic (:func:`olmpipe.generate.pipeline.decode_pipeline_batch`) instead of the plain ladder.
     """
     batches = [
         requests[start : start + settings.batch_size]
@@ -256,8 +263,22 @@ def iter_generate(
         if index + 1 < len(batches):
             backend.prefetch(batches[index + 1])
         t0 = time.perf_counter()
-        records = decode_batch(
-            backend, batch, settings, image_hashes=image_hashes, model=model, fingerprint=fingerprint
-        )
+        if pipeline is not None and pipeline.settings.enabled:
+            records = decode_pipeline_batch(
+                backend,
+                batch,
+                settings.temperatures,
+                settings.max_new_tokens,
+                settings.top_p,
+                lambda request, attempt: request_seed(settings.seed, request.key, attempt),
+                pipeline,
+                image_hashes=image_hashes,
+                model=model,
+                fingerprint=fingerprint,
+            )
+        else:
+            records = decode_batch(
+                backend, batch, settings, image_hashes=image_hashes, model=model, fingerprint=fingerprint
+            )
         logger.debug("batch of %d requests decoded in %.2fs", len(batch), time.perf_counter() - t0)
         yield records

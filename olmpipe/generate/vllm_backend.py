@@ -1,7 +1,10 @@
 """The vLLM backend: vLLM's offline engine (``vllm.LLM``) with multimodal inputs, batched.
 
 vLLM is imported only here and only when this backend is built without an injected engine, so the
-CPU install never needs it. Every call hands all its requests to ``LLM.generate`` at once (one
+main install never needs it. It runs on GPUs (the ``vllm`` extra) and on CPUs with vLLM's CPU build
+(``scripts/setup.sh --vllm``, docs/vllm.md). vLLM starts its engine in a spawned process that
+re-imports the main module: call it from a module with a main guard (``python -m olmpipe.baseline``,
+as the workflow does), never from a Snakemake ``script:``. Every call hands all its requests to ``LLM.generate`` at once (one
 ``SamplingParams`` per request, each with its own seed); vLLM schedules them together, so
 ``generation.batch_size`` should be large (hundreds) with this backend.
 
@@ -39,18 +42,40 @@ from olmpipe.prompts import build_messages
 logger = logging.getLogger(__name__)
 
 
-def engine_kwargs(model_path: str | Path, generation: Mapping[str, Any]) -> dict[str, Any]:
-    """Arguments of ``vllm.LLM`` from the ``generation.vllm`` section (one image per prompt)."""
+def _has_cuda() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return bool(torch.cuda.is_available())
+
+
+def engine_kwargs(
+    model_path: str | Path, generation: Mapping[str, Any], *, cuda: bool | None = None
+) -> dict[str, Any]:
+    """Arguments of ``vllm.LLM`` from the ``generation.vllm`` section (one image, no video per prompt).
+
+    ``cuda`` (default: whether torch sees a GPU) decides the two CPU/GPU differences: without a GPU
+    the KV cache is ``cpu_kv_cache_gb`` (vLLM's CPU build would otherwise reserve
+    ``gpu_memory_utilization`` of the machine's memory, and refuses to start when that much is not
+    free), and ``enforce_eager: null`` means eager mode (no torch.compile, which takes minutes on
+    a small CPU); on a GPU null leaves vLLM's CUDA graphs on.
+    """
     section = generation["vllm"]
-    return {
+    cuda = _has_cuda() if cuda is None else cuda
+    kwargs: dict[str, Any] = {
         "model": str(model_path),
         "gpu_memory_utilization": float(section["gpu_memory_utilization"]),
         "max_model_len": int(section["max_model_len"]),
         "tensor_parallel_size": int(section["tensor_parallel_size"]),
         "dtype": section["dtype"],
         "seed": int(generation["seed"]),
-        "limit_mm_per_prompt": {"image": 1},
+        "limit_mm_per_prompt": {"image": 1, "video": 0},
+        "enforce_eager": (not cuda) if section["enforce_eager"] is None else bool(section["enforce_eager"]),
     }
+    if not cuda:
+        kwargs["kv_cache_memory_bytes"] = int(float(section["cpu_kv_cache_gb"]) * 2**30)
+    return kwargs
 
 
 def _vllm_engine(**kwargs: Any) -> Any:
@@ -59,7 +84,8 @@ def _vllm_engine(**kwargs: Any) -> Any:
     except ImportError as exc:
         raise ImportError(
             "generation.backend is 'vllm' but vllm is not installed; install the extra "
-            "(pip install 'olmpipe[vllm]') on a GPU machine or choose the transformers backend"
+            "(pip install 'olmpipe[vllm]') on a GPU machine, build the CPU environment with "
+            "scripts/setup.sh --vllm (docs/vllm.md), or choose the transformers backend"
         ) from exc
     return LLM(**kwargs)
 
@@ -177,3 +203,48 @@ def _to_completion(result: Any, seconds: float) -> Completion:
     return Completion(
         text, finish, prompt_tokens=prompt_tokens, completion_tokens=tokens, seconds=seconds, error=error
     )
+
+
+# ---------------------------------------------------------------- GRPO rollouts: weight sync on CPU
+
+
+def keep_cpu_linear_weights() -> bool:
+    """On vLLM's CPU build, keep linear weights as plain parameters so that a weight sync reaches generation.
+
+    TRL's colocate mode copies the trained weights into the engine after every optimizer step
+    (``model.load_weights([(name, tensor)])``, trl 1.16 ``generation/vllm_generation.py``,
+    ``sync_weights``). vLLM's CPU build repacks every linear weight after loading
+    (``dispatch_cpu_unquantized_gemm`` in vLLM 0.31 ``model_executor/layers/utils.py``, called with
+    ``remove_weight=True`` by ``UnquantizedLinearMethod.process_weights_after_loading`` in
+    ``layers/linear.py``): the parameter is replaced by an empty one without a ``weight_loader``,
+    and the oneDNN kernel keeps its own copy of the weights. A sync then fails for the vision tower
+    (``'Parameter' object has no attribute 'weight_loader'``) and silently leaves the language
+    model's packed copies stale. This replaces the dispatch by plain ``torch.nn.functional.linear``
+    on the live parameter (slower kernels, correct weights). Call it in the training process before
+    TRL builds its ``LLM``; it patches vLLM for the whole process and returns False (doing nothing)
+    on any other platform, where weights are not repacked.
+    """
+    import torch
+    from vllm.platforms import current_platform
+
+    if not current_platform.is_cpu():
+        return False
+    import vllm.model_executor.layers.utils as layer_utils
+
+    def plain_linear(layer: Any, remove_weight: bool) -> None:
+        layer.cpu_linear = torch.nn.functional.linear
+
+    layer_utils.dispatch_cpu_unquantized_gemm = plain_linear
+    logger.info("vLLM CPU build: linear layers keep plain weights (weight sync for colocated rollouts)")
+    return True
+
+
+def refresh_after_weight_sync(llm: Any) -> None:
+    """Drop what an engine computed with the old weights: prefix (KV) blocks and vision encoder outputs.
+
+    TRL 1.16 resets only the prefix cache after a sync; vLLM keeps encoder outputs per image hash
+    (``LLMEngine.reset_encoder_cache``: "should be called when model weights are updated"), so a
+    page image seen before the sync would reuse stale vision embeddings.
+    """
+    llm.reset_prefix_cache()
+    llm.llm_engine.reset_encoder_cache()

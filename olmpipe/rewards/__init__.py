@@ -117,6 +117,7 @@ def build_rewards(rewards_cfg: Mapping[str, Any], *, tokenizer: Any = None,
                 score_text=rewards_cfg["score_text"],
                 processes=bench_cfg["processes"],
                 timeout_s=bench_cfg["timeout_s"],
+                memory_mb=bench_cfg["memory_mb"],
                 log_details=not details_logged,
                 share_scoring_with=first_bench,  # micro and macro together: one pool, scored once
             )

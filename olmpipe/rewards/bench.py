@@ -22,7 +22,11 @@ Use from your own TRL script (no Snakemake needed)::
     trainer = GRPOTrainer(..., reward_funcs=[BenchReward(average="micro", processes=4, timeout_s=10)])
 
 Rows with no tests left (no ids, or every test removed by the ``types`` / ``jsonl_regex``
-filters) score None: TRL then leaves the row out of this reward (``nansum``).
+filters) score None: TRL then leaves the row out of this reward (``nansum``). So do rows whose
+tests cannot be found (ids without a ``test_files`` column, an unknown id, a missing or malformed
+test file, ``test_ids`` given as a string instead of a list): the reward never raises into the
+trainer; each such row is counted in ``bench/errors`` and the first problem of a call is logged as
+a warning (None rather than 0: a dataset problem is not the completion's fault).
 """
 
 from __future__ import annotations
@@ -71,6 +75,8 @@ class BenchReward:
       matter (see :mod:`olmpipe.rewards.text`);
     - ``processes`` / ``timeout_s``: the scoring pool's size and the time bound per completion
       (``processes=0`` scores in the calling process, where the bound is only cooperative);
+    - ``memory_mb``: each scoring process's memory (address-space) limit; a completion crossing it
+      fails its remaining tests with reason ``"memory"`` (counted in ``bench/errors``);
     - ``log_details``: also log each completion's verdicts (``bench_verdicts`` column of the
       completions table) and its page; set it on one bench reward only;
     - ``share_scoring_with``: another bench reward whose pool this one uses; when both score the
@@ -88,6 +94,7 @@ class BenchReward:
         score_text: str = "full",
         processes: int = 2,
         timeout_s: float = 10.0,
+        memory_mb: float = 2048,
         log_details: bool = True,
         share_scoring_with: BenchReward | None = None,
     ):
@@ -95,8 +102,9 @@ class BenchReward:
             raise ValueError(f"average must be one of {', '.join(AVERAGES)}, got {average!r}")
         if score_text not in SCORE_TEXT_CHOICES:
             raise ValueError(f"score_text must be one of {', '.join(SCORE_TEXT_CHOICES)}, got {score_text!r}")
-        if timeout_s <= 0 or processes < 0:
-            raise ValueError(f"need timeout_s > 0 and processes >= 0, got {timeout_s} and {processes}")
+        if timeout_s <= 0 or processes < 0 or memory_mb < 0:
+            raise ValueError(f"need timeout_s > 0, processes >= 0 and memory_mb >= 0, "
+                             f"got {timeout_s}, {processes} and {memory_mb}")
         self.average = average
         self.types = frozenset(types)
         self.jsonl_regex = jsonl_regex
@@ -104,6 +112,7 @@ class BenchReward:
         self.score_text = score_text
         self.processes = int(processes)
         self.timeout_s = float(timeout_s)
+        self.memory_mb = float(memory_mb)
         self.log_details = log_details
         self.__name__ = "bench_reward" if average == "micro" else "bench_macro_reward"
         self._scorer: Any = None
@@ -125,7 +134,7 @@ class BenchReward:
     def __repr__(self) -> str:
         return (f"BenchReward(average={self.average!r}, types={sorted(self.types)}, "
                 f"jsonl_regex={self.jsonl_regex!r}, score_text={self.score_text!r}, "
-                f"processes={self.processes}, timeout_s={self.timeout_s})")
+                f"processes={self.processes}, timeout_s={self.timeout_s}, memory_mb={self.memory_mb})")
 
     # -- resources -----------------------------------------------------------------------------
     def scorer(self) -> Any:
@@ -135,7 +144,8 @@ class BenchReward:
         if self._scorer is None:
             from olmpipe.bench import BenchScorer
 
-            self._scorer = BenchScorer(processes=self.processes, timeout_s=self.timeout_s)
+            self._scorer = BenchScorer(processes=self.processes, timeout_s=self.timeout_s,
+                                       memory_mb=self.memory_mb)
             self._finalizer = weakref.finalize(self, _close_scorer, self._scorer)
         return self._scorer
 
@@ -165,7 +175,7 @@ class BenchReward:
     # -- tests ---------------------------------------------------------------------------------
     def _file_tests(self, path: str) -> dict[str, Any]:
         """Tests of one JSONL file by id, cached until the file changes."""
-        from olmpipe.bench import load_tests
+        from olmpipe.bench import TestLoadError, load_tests
 
         try:
             mtime = os.stat(path).st_mtime
@@ -173,7 +183,10 @@ class BenchReward:
             raise TestLookupError(f"test file {path} cannot be read: {exc.strerror or exc}") from None
         cached = self._tests.get(path)
         if cached is None or cached[0] != mtime:
-            cached = (mtime, {t.id: t for t in load_tests(path)})
+            try:
+                cached = (mtime, {t.id: t for t in load_tests(path)})
+            except (TestLoadError, OSError, UnicodeDecodeError) as exc:
+                raise TestLookupError(f"test file {path} cannot be loaded: {exc}") from None
             self._tests[path] = cached
         return cached[1]
 
@@ -181,9 +194,16 @@ class BenchReward:
         return self._jsonl_pattern is None or bool(self._jsonl_pattern.search(Path(path).name))
 
     def tests_for(self, test_ids: Sequence[str] | None, files: Sequence[str] | str | None) -> list[Any]:
-        """The (filtered) test objects of one dataset row."""
+        """The (filtered) test objects of one dataset row; raises :class:`TestLookupError` when
+        they cannot be found."""
+        if isinstance(test_ids, (str, bytes)):
+            raise TestLookupError(f"test_ids {test_ids[:60]!r} is a string; each row needs a list of test ids")
         if not test_ids:
             return []
+        try:
+            test_ids = list(test_ids)
+        except TypeError:
+            raise TestLookupError(f"test_ids {test_ids!r} is not a list of test ids") from None
         if files is None:
             raise TestLookupError(
                 f"tests {list(test_ids)[:3]}...: the dataset has neither a 'test_files' nor a 'jsonl_file' "
@@ -226,9 +246,17 @@ class BenchReward:
         rows: list[int] = []
         rewards: list[float | None] = [None] * n
         details: list[str | None] = [None] * n
-        invalid = 0
+        invalid = lookup_errors = 0
         for i, (completion, ids, files) in enumerate(zip(completions, ids_col, files_col, strict=True)):
-            tests = self.tests_for(ids, files)
+            try:
+                tests = self.tests_for(ids, files)
+            except TestLookupError as exc:  # a dataset problem: no reward for the row, counted
+                if not lookup_errors:
+                    logger.warning("bench reward: row %d scores None: %s", i, exc)
+                lookup_errors += 1
+                if self.log_details:
+                    details[i] = json.dumps({"error": str(exc)[:MAX_REASON_CHARS]}, ensure_ascii=False)
+                continue
             if not tests:
                 continue
             text = completion_text(completion)
@@ -246,7 +274,10 @@ class BenchReward:
             stats.add(tests, result)
             if self.log_details:
                 details[i] = _verdicts_json(tests, result)
-        stats.errors += invalid
+        stats.errors += invalid + lookup_errors
+        if lookup_errors > 1:
+            logger.warning("bench reward: %d of %d rows score None because their tests cannot be found",
+                           lookup_errors, n)
         if log_metric is not None:
             for name, value in stats.metrics().items():
                 log_metric(name, value)

@@ -6,7 +6,11 @@ compare **page texts** (front matter removed with :func:`olmpipe.prompts.parse_p
 the front matter has its own reward.
 
 Long texts are cut to ``max_chars`` before edit distances, so a 1 MB runaway completion costs
-milliseconds, not minutes (Levenshtein is quadratic in the worst case).
+milliseconds, not minutes (Levenshtein is quadratic in the worst case). Tables and equations are
+found in one linear scan (a regular expression's lazy ``.*?`` would rescan the rest of the text
+from every unclosed ``<table``), and :func:`table_is_rectangular` does span arithmetic on column
+intervals instead of expanding a grid, within :data:`MAX_RECT_SPANS` per completion: these rewards
+run in the training process, so they are bounded in time and memory by construction.
 """
 
 from __future__ import annotations
@@ -17,12 +21,43 @@ from typing import Any
 
 from olmpipe.rewards.text import column, completion_text
 
-_TABLE_RE = re.compile(r"<table\b[^>]*>.*?</table\s*>", re.IGNORECASE | re.DOTALL)
-_MATH_RES = (
-    re.compile(r"\$\$(.+?)\$\$", re.DOTALL),
-    re.compile(r"\\\((.+?)\\\)", re.DOTALL),
-    re.compile(r"\\\[(.+?)\\\]", re.DOTALL),
-)
+_TABLE_OPEN = re.compile(r"<table\b", re.IGNORECASE)
+_TABLE_CLOSE = re.compile(r"</table\s*>", re.IGNORECASE)
+#: Equation delimiters ``$$..$$``, ``\(..\)``, ``\[..\]`` (non-empty content, like ``(.+?)``).
+_MATH_DELIMITERS = (("$$", "$$"), ("\\(", "\\)"), ("\\[", "\\]"))
+#: Row-intervals (cells x rows they span) :func:`table_is_rectangular` may place per completion;
+#: a table past it counts as not rectangular (~100 bytes and ~1 us each: 100 MB, 1 s at most).
+MAX_RECT_SPANS = 1_000_000
+
+
+def find_tables(text: str) -> list[str]:
+    """The ``<table ...>...</table>`` blocks of ``text``, as
+    ``re.findall(r"<table\\b[^>]*>.*?</table\\s*>", text, re.I | re.S)`` finds them, in linear time:
+    once no ``>`` or no closing tag follows an opening, none follows any later one either."""
+    out: list[str] = []
+    pos = 0
+    while (opening := _TABLE_OPEN.search(text, pos)) is not None:
+        tag_end = text.find(">", opening.end())
+        if tag_end < 0:
+            break
+        closing = _TABLE_CLOSE.search(text, tag_end + 1)
+        if closing is None:
+            break
+        out.append(text[opening.start():closing.end()])
+        pos = closing.end()
+    return out
+
+
+def _count_delimited(text: str, opening: str, closing: str) -> int:
+    """Matches of ``re.escape(opening) + "(.+?)" + re.escape(closing)`` (DOTALL), in linear time."""
+    count, pos = 0, 0
+    while (start := text.find(opening, pos)) >= 0:
+        end = text.find(closing, start + len(opening) + 1)  # at least one character between
+        if end < 0:
+            break
+        count += 1
+        pos = end + len(closing)
+    return count
 
 
 def _page_text(value: Any) -> str | None:
@@ -45,7 +80,7 @@ def _against_reference(completions, reference, score) -> list[float | None]:
 
 def count_elements(text: str) -> tuple[int, int]:
     """Numbers of HTML tables and of LaTeX equations (``$$..$$``, ``\\(..\\)``, ``\\[..\\]``) in ``text``."""
-    return len(_TABLE_RE.findall(text)), sum(len(r.findall(text)) for r in _MATH_RES)
+    return len(find_tables(text)), sum(_count_delimited(text, o, c) for o, c in _MATH_DELIMITERS)
 
 
 class EditDistanceReward:
@@ -82,32 +117,56 @@ def element_count_reward(prompts=None, completions=None, reference=None, **kwarg
     return _against_reference(completions, reference, score)
 
 
-def table_is_rectangular(table_html: str) -> bool:
-    """True when the cells of an HTML table (with their row/col spans) fill a full grid without holes."""
+def table_is_rectangular(table_html: str, *, budget: list[int] | None = None) -> bool:
+    """True when the cells of an HTML table (with their row/col spans) fill a full grid without holes.
+
+    Spans count from 1 to 1000 (other values: 1). Every row must be covered exactly by columns
+    ``0..W-1`` for one ``W``; rows are checked one at a time and the first that is not ends the
+    check. Column coverage is kept as intervals (one per cell and row it spans, rows past the
+    table dropped), so a ``colspan`` costs nothing and a ``rowspan`` one interval per row.
+    ``budget`` (a one-element list, shared by the tables of a completion) is the number of such
+    intervals still allowed; a table that needs more is not rectangular.
+    """
     import lxml.html
 
+    budget = [MAX_RECT_SPANS] if budget is None else budget
     try:
         root = lxml.html.fragment_fromstring(table_html, create_parent=False)
     except Exception:  # noqa: BLE001 - unparsable markup is simply not a rectangular table
         return False
-    occupied: dict[int, set[int]] = defaultdict(set)
-    rows = [tr for tr in root.iter("tr")]
+    rows = list(root.iter("tr"))
+    n_rows = len(rows)
+    from_above: dict[int, list[tuple[int, int]]] = defaultdict(list)  # row -> [start, end) spans
+    width = None
     for r, tr in enumerate(rows):
-        c = 0
+        above = sorted(from_above.pop(r, ()))
+        covered = list(above)
+        k, c = 0, 0
         for cell in tr:
             if cell.tag not in ("td", "th"):
                 continue
-            while c in occupied[r]:
-                c += 1
-            rowspan, colspan = _span(cell.get("rowspan")), _span(cell.get("colspan"))
-            for dr in range(rowspan):
-                occupied[r + dr].update(range(c, c + colspan))
+            while k < len(above) and above[k][0] <= c:  # skip columns taken by cells above
+                c = max(c, above[k][1])
+                k += 1
+            rowspan = min(_span(cell.get("rowspan")), n_rows - r)
+            colspan = _span(cell.get("colspan"))
+            budget[0] -= rowspan
+            if budget[0] < 0:
+                return False
+            covered.append((c, c + colspan))
+            for dr in range(1, rowspan):
+                from_above[r + dr].append((c, c + colspan))
             c += colspan
-    grid = [occupied[r] for r in range(len(rows))]
-    if not grid or not any(grid):
-        return False
-    width = max(max(cols) + 1 for cols in grid if cols)
-    return all(cols == set(range(width)) for cols in grid)
+        covered.sort()
+        end = 0
+        for start, stop in covered:  # the union must be one interval starting at column 0
+            if start > end:
+                return False
+            end = max(end, stop)
+        if end == 0 or (width is not None and end != width):
+            return False
+        width = end
+    return width is not None
 
 
 def _span(value: str | None) -> int:
@@ -120,13 +179,17 @@ def _span(value: str | None) -> int:
 def rect_tables_reward(prompts=None, completions=None, **kwargs) -> list[float | None]:
     """Share of the page's HTML tables that are rectangular; 1.0 when there are none.
 
+    Bounded by construction (see the module docstring): the tables of one completion may place
+    :data:`MAX_RECT_SPANS` span intervals in all; tables past that count as not rectangular.
+
     >>> rect_tables_reward(completions=["<table><tr><td>a</td><td>b</td></tr><tr><td>c</td></tr></table>"])
     [0.0]
     """
     out: list[float | None] = []
     for completion in completions or []:
-        tables = _TABLE_RE.findall(_page_text(completion) or "")
-        out.append(1.0 if not tables else sum(map(table_is_rectangular, tables)) / len(tables))
+        tables = find_tables(_page_text(completion) or "")
+        budget = [MAX_RECT_SPANS]
+        out.append(1.0 if not tables else sum(table_is_rectangular(t, budget=budget) for t in tables) / len(tables))
     return out
 
 

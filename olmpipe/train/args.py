@@ -47,16 +47,15 @@ def resolve_dtype(dtype: str, device: str) -> str:
 
 def grpo_knobs(train_cfg: Mapping[str, Any], seed: int) -> dict[str, Any]:
     """``train.grpo`` with the ``seed_overrides`` of ``seed`` applied."""
+    from olmpipe.train.grpo_fields import check_knobs
+
     knobs = deepcopy(dict(train_cfg["grpo"]))
-    allowed = set(knobs)
     for override in train_cfg["seed_overrides"]:
         if override["seed"] != seed:
             continue
-        unknown = sorted(set(override["grpo"]) - allowed)
-        if unknown:
-            raise ValueError(
-                f"train.seed_overrides (seed {seed}): unknown key(s) {unknown}; allowed: the keys of train.grpo"
-            )
+        problems = check_knobs(override["grpo"], f"train.seed_overrides (seed {seed}).grpo")
+        if problems:
+            raise ValueError("; ".join(problems))
         knobs.update(override["grpo"])
     return knobs
 
@@ -70,11 +69,13 @@ def grpo_config(
     device: str,
     dtype: str = "float32",
     report_to: list[str] | None = None,
+    overrides: Mapping[str, Any] | None = None,
 ):
-    """The ``GRPOConfig`` of one seed's run."""
+    """The ``GRPOConfig`` of one seed's run; ``overrides`` are knobs decided at run time (the
+    address of the job's own vLLM server)."""
     from trl import GRPOConfig
 
-    knobs = grpo_knobs(train_cfg, seed)
+    knobs = {**grpo_knobs(train_cfg, seed), **dict(overrides or {})}
     return GRPOConfig(
         output_dir=output_dir,
         seed=seed,

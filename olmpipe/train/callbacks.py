@@ -29,11 +29,11 @@ from typing import Any
 
 from transformers import TrainerCallback
 
+from olmpipe.launch import EXIT_PREEMPTED  # 75, EX_TEMPFAIL: run again to resume
+from olmpipe.train.resume import RUN_STATE_FILE
+
 logger = logging.getLogger(__name__)
 
-#: Exit code of a run stopped by SIGTERM after writing a checkpoint (EX_TEMPFAIL: retry later).
-EXIT_PREEMPTED = 75
-RUN_STATE_FILE = "olmpipe_run.json"
 METRICS_JSONL = "metrics.jsonl"
 METRICS_CSV = "metrics.csv"
 
@@ -201,12 +201,15 @@ class StopOnSignal(TrainerCallback):
 
 
 class RunState(TrainerCallback):
-    """Writes ``olmpipe_run.json`` (seed, step, wandb run id, run fingerprint) into each checkpoint."""
+    """Writes ``olmpipe_run.json`` (seed, step, wandb run id, trajectory settings and their
+    fingerprint) into each checkpoint; :func:`olmpipe.train.resume.decide` compares them."""
 
-    def __init__(self, seed: int, wandb_run_id: str | None, fingerprint: str | None = None):
+    def __init__(self, seed: int, wandb_run_id: str | None, fingerprint: str | None = None,
+                 settings: dict[str, Any] | None = None):
         self.seed = seed
         self.wandb_run_id = wandb_run_id
         self.fingerprint = fingerprint
+        self.settings = settings
 
     def on_save(self, args, state, control, **kwargs):
         if not state.is_world_process_zero:
@@ -214,5 +217,5 @@ class RunState(TrainerCallback):
         folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
         if folder.is_dir():
             payload = {"seed": self.seed, "step": state.global_step, "wandb_run_id": self.wandb_run_id,
-                       "fingerprint": self.fingerprint}
+                       "fingerprint": self.fingerprint, "settings": self.settings}
             (folder / RUN_STATE_FILE).write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")

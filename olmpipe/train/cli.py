@@ -48,7 +48,14 @@ def main(argv: list[str] | None = None) -> int:
         cfg["resources"]["train"]["cpus_per_task"] = args.threads
     if args.seed not in cfg["train"]["seeds"]:
         logging.getLogger(__name__).warning("seed %d is not listed in train.seeds %s", args.seed, cfg["train"]["seeds"])
+    from olmpipe.train.resume import ResumeMismatchError
     from olmpipe.train.run import train_seed
+    from olmpipe.train.runlock import RunLockedError
+    from olmpipe.train.vllm_server import VLLMServerError
 
-    return train_seed(cfg, seed=args.seed, model_path=args.model, pages=args.pages, tests_dir=args.tests_dir,
-                      run_dir=args.run_dir, final_dir=args.final_dir)
+    try:
+        return train_seed(cfg, seed=args.seed, model_path=args.model, pages=args.pages, tests_dir=args.tests_dir,
+                          run_dir=args.run_dir, final_dir=args.final_dir)
+    except (RunLockedError, ResumeMismatchError, VLLMServerError) as exc:
+        sys.stderr.write(f"olmpipe train: {exc}\n")
+        return 2

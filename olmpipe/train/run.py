@@ -16,6 +16,7 @@ stopped by SIGTERM after writing a checkpoint (run again with ``resume: auto`` t
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -27,9 +28,6 @@ from typing import Any
 
 from olmpipe.train.callbacks import (
     EXIT_PREEMPTED,
-    METRICS_CSV,
-    METRICS_JSONL,
-    RUN_STATE_FILE,
     CompletionsTable,
     MetricsFiles,
     RunState,
@@ -37,6 +35,10 @@ from olmpipe.train.callbacks import (
     StopOnSignal,
     truncate_metrics,
 )
+from olmpipe.train.resume import RUN_STATE_FILE, checkpoint_step, checkpoints, decide, move_aside
+from olmpipe.train.runlock import ParentWatch, RunLock
+
+__all__ = ["checkpoints", "resolve_resume", "train_seed"]
 
 logger = logging.getLogger(__name__)
 
@@ -47,59 +49,39 @@ def _rank() -> int:
     return int(os.environ.get("RANK", "0"))
 
 
-def checkpoints(run_dir: str | Path) -> list[Path]:
-    """The run's checkpoint folders, oldest step first."""
-    found = []
-    for path in Path(run_dir).glob("checkpoint-*"):
-        suffix = path.name.split("-", 1)[1]
-        if path.is_dir() and suffix.isdigit() and (path / "trainer_state.json").exists():
-            found.append((int(suffix), path))
-    return [p for _, p in sorted(found)]
+def _world_size() -> int:
+    return int(os.environ.get("WORLD_SIZE", "1"))
 
 
-def resolve_resume(resume: str, run_dir: Path, fingerprint: str | None = None) -> Path | None:
-    """The checkpoint to continue from for ``train.resume`` (``auto``, ``never`` or a folder).
+def _barrier() -> None:
+    """Wait for every rank (no-op in a single process)."""
+    if _world_size() > 1:
+        from accelerate import PartialState
 
-    With ``auto``, the newest checkpoint is used only when it was written by a run with the same
-    ``fingerprint`` (:func:`olmpipe.train.workflow.run_fingerprint`); otherwise the old run's files
-    are removed and training starts over.
-    """
-    if resume == "auto":
-        found = checkpoints(run_dir)
-        if not found:
-            return None
-        state_file = found[-1] / RUN_STATE_FILE
-        stored = json.loads(state_file.read_text(encoding="utf-8")).get("fingerprint") if state_file.exists() else None
-        if fingerprint is not None and stored is not None and stored != fingerprint:
-            logger.warning("%s was written with other settings (fingerprint %s, now %s): starting over",
-                           found[-1], stored, fingerprint)
-            if _rank() == 0:
-                _start_over(run_dir)
-            return None
-        return found[-1]
-    if resume == "never":
-        return None
-    path = Path(resume)
-    if not (path / "trainer_state.json").exists():
-        raise FileNotFoundError(f"train.resume: {path} is not a checkpoint folder (no trainer_state.json)")
-    return path
+        PartialState().wait_for_everyone()
 
 
-def _start_over(run_dir: Path) -> None:
-    """``resume: never``: remove what a previous run left, so that a later ``auto`` cannot mix runs."""
-    for path in checkpoints(run_dir):
-        shutil.rmtree(path)
-    for name in (METRICS_JSONL, METRICS_CSV, WANDB_ID_FILE):
-        (run_dir / name).unlink(missing_ok=True)
-    shutil.rmtree(run_dir / "completions", ignore_errors=True)
+def resolve_resume(resume: str, run_dir: str | Path, settings: dict[str, Any]) -> Path | None:
+    """The checkpoint to continue from (see :mod:`olmpipe.train.resume`); rank 0 moves an old run
+    aside when starting over, after every rank has decided."""
+    decision = decide(resume, run_dir, settings)
+    _barrier()
+    if decision.move_aside and _rank() == 0:
+        move_aside(run_dir)
+    _barrier()
+    return decision.checkpoint
+
+
+def _stored_run_id(checkpoint: Path) -> str | None:
+    path = checkpoint / RUN_STATE_FILE
+    return json.loads(path.read_text(encoding="utf-8")).get("wandb_run_id") if path.exists() else None
 
 
 def _wandb_run_id(run_dir: Path, checkpoint: Path | None) -> str:
     """The wandb run id: the checkpoint's when resuming, else the run folder's, else a new one."""
-    if checkpoint is not None and (checkpoint / RUN_STATE_FILE).exists():
-        stored = json.loads((checkpoint / RUN_STATE_FILE).read_text(encoding="utf-8")).get("wandb_run_id")
-        if stored:
-            return stored
+    stored = _stored_run_id(checkpoint) if checkpoint is not None else None
+    if stored:
+        return stored
     id_file = run_dir / WANDB_ID_FILE
     if checkpoint is not None and id_file.exists():
         return id_file.read_text(encoding="utf-8").strip()
@@ -124,18 +106,20 @@ def _init_wandb(cfg: Mapping[str, Any], run_dir: Path, run_id: str, seed: int) -
     )
 
 
-def _save_final(trainer: Any, processor: Any, final_dir: Path, info: dict[str, Any]) -> None:
+def _write_final(save_weights: Callable[[Path], None], processor: Any, final_dir: Path, info: dict[str, Any],
+                 is_main: bool, barrier: Callable[[], None]) -> None:
     """Write the final model folder atomically (a half-written folder never carries the final name)."""
     tmp = final_dir.with_name(final_dir.name + ".tmp")
-    if trainer.accelerator.is_main_process:
+    if is_main:
         shutil.rmtree(tmp, ignore_errors=True)
-    trainer.accelerator.wait_for_everyone()
-    trainer.save_model(str(tmp))
-    if trainer.accelerator.is_main_process:
+    barrier()
+    save_weights(tmp)
+    if is_main:
         processor.save_pretrained(str(tmp))
         (tmp / "olmpipe_train.json").write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
         shutil.rmtree(final_dir, ignore_errors=True)
         os.replace(tmp, final_dir)
+    barrier()
 
 
 def train_seed(
@@ -153,37 +137,68 @@ def train_seed(
     """Train one seed; returns 0 when finished or :data:`EXIT_PREEMPTED` when stopped by SIGTERM.
 
     ``reward_funcs``/``reward_weights`` replace the configured rewards (tests use this for a task
-    the tiny model can learn); by default they come from ``cfg["rewards"]``.
+    the tiny model can learn); by default they come from ``cfg["rewards"]``. Rank 0 holds the run
+    folder's lock (:class:`olmpipe.train.runlock.RunLock`) for the whole run; raises
+    :class:`~olmpipe.train.runlock.RunLockedError` when another trainer holds it and
+    :class:`~olmpipe.train.resume.ResumeMismatchError` when the newest checkpoint was trained
+    with other settings (``resume: auto``).
     """
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    lock = RunLock(run_dir).acquire() if _rank() == 0 else None
+    watch = ParentWatch.for_this_process().start() if cfg["train"]["exit_with_job"] else None
+    try:
+        return _train_locked(cfg, seed=seed, model_path=model_path, pages=pages, tests_dir=tests_dir,
+                             run_dir=run_dir, final_dir=final_dir, reward_funcs=reward_funcs,
+                             reward_weights=reward_weights)
+    finally:
+        if watch is not None:
+            watch.stop()
+        if lock is not None:
+            lock.release()
+
+
+def _train_locked(
+    cfg: Mapping[str, Any],
+    *,
+    seed: int,
+    model_path: str | Path,
+    pages: str | Path,
+    tests_dir: str | Path,
+    run_dir: Path,
+    final_dir: str | Path | None,
+    reward_funcs: list[Callable[..., list[float | None]]] | None,
+    reward_weights: list[float] | None,
+) -> int:
     import torch
-    from trl import GRPOTrainer
 
     from olmpipe.rewards import build_rewards
     from olmpipe.tinymodel import load_model_and_processor
-    from olmpipe.train.args import grpo_config, resolve_device, resolve_dtype
+    from olmpipe.train.args import grpo_config, grpo_knobs, resolve_device, resolve_dtype
     from olmpipe.train.data import build_examples, to_dataset
-    from olmpipe.train.workflow import run_fingerprint
+    from olmpipe.train.resume import run_settings, settings_fingerprint
+    from olmpipe.train.trainer import ResumableGRPOTrainer, load_checkpoint_weights
+    from olmpipe.train.vllm_server import ManagedVLLMServer, server_devices, wants_server
 
     tcfg, rcfg = cfg["train"], cfg["rewards"]
-    run_dir = Path(run_dir)
     final_dir = Path(final_dir) if final_dir is not None else run_dir / "model"
-    run_dir.mkdir(parents=True, exist_ok=True)
     device = resolve_device(tcfg["device"])
     dtype = resolve_dtype(tcfg["dtype"], device)
     if device == "cpu":
         torch.set_num_threads(cfg["resources"]["train"]["cpus_per_task"])
 
-    fingerprint = run_fingerprint(cfg, seed, str(model_path))
-    if tcfg["resume"] == "never" and _rank() == 0:
-        _start_over(run_dir)
-    checkpoint = resolve_resume(tcfg["resume"], run_dir, fingerprint)
+    knobs = grpo_knobs(tcfg, seed)
+    if device == "cpu" and knobs.get("use_vllm") and knobs.get("vllm_mode") == "server":
+        raise ValueError("train.grpo.vllm_mode: server needs CUDA (trl vllm-serve syncs weights over NCCL); "
+                         "on the CPU use vllm_mode: colocate or use_vllm: false (docs/vllm.md)")
+    settings = run_settings(cfg, seed, str(model_path), _world_size())
+    fingerprint = settings_fingerprint(settings)
+    checkpoint = resolve_resume(tcfg["resume"], run_dir, settings)
+    step = checkpoint_step(checkpoint) if checkpoint is not None else 0
     if checkpoint is not None:
-        step = json.loads((checkpoint / "trainer_state.json").read_text(encoding="utf-8"))["global_step"]
         logger.info("resuming from %s (step %d)", checkpoint, step)
-        if _rank() == 0:
-            truncate_metrics(run_dir, step)
-    elif _rank() == 0:
-        truncate_metrics(run_dir, 0)
+    if _rank() == 0:
+        truncate_metrics(run_dir, step)
 
     examples, summary = build_examples(
         pages, tests_dir, split="train", types=rcfg["bench"]["types"], jsonl_regex=rcfg["bench"]["jsonl_regex"],
@@ -192,12 +207,35 @@ def train_seed(
     if _rank() == 0:
         (run_dir / "dataset.json").write_text(json.dumps(summary.to_dict(), indent=2) + "\n", encoding="utf-8")
     dataset = to_dataset(examples)
+    eval_dataset = None
+    if grpo_knobs(tcfg, seed).get("eval_strategy", "no") != "no":
+        # Evaluation during training: the eval split's pages, rewarded like training (TRL logs
+        # eval_reward, eval_rewards/<name>/mean, ... at each eval_steps).
+        eval_examples, eval_summary = build_examples(
+            pages, tests_dir, split="eval", types=rcfg["bench"]["types"], jsonl_regex=rcfg["bench"]["jsonl_regex"],
+            reference_candidate=rcfg["reference_candidate"], max_pages=tcfg["eval_max_pages"],
+        )
+        eval_dataset = to_dataset(eval_examples)
+        logger.info("evaluating during training on %d eval pages", eval_summary.pages)
 
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     model, processor = load_model_and_processor(
         model_path, dtype=dtype, device=f"cuda:{local_rank}" if device == "cuda" else "cpu"
     )
     model.train()
+
+    max_steps = grpo_knobs(tcfg, seed)["max_steps"]
+    if checkpoint is not None and 0 < max_steps <= step:
+        # The checkpoint already holds the whole run: training on would pass max_steps (and rotate
+        # older checkpoints away). Its weights become the final model.
+        logger.info("%s is at step %d of max_steps %d: writing the final model from it", checkpoint, step, max_steps)
+        load_checkpoint_weights(model, checkpoint)
+        info = {"seed": seed, "base_model": str(model_path), "steps": step, "wandb_run_id": _stored_run_id(checkpoint),
+                "dataset": summary.to_dict(), "from_checkpoint": checkpoint.name}
+        _write_final(lambda path: model.save_pretrained(str(path)) if _rank() == 0 else None, processor,
+                     final_dir, info, _rank() == 0, _barrier)
+        return 0
+
     rewards = None
     if reward_funcs is None:
         eos = model.generation_config.eos_token_id
@@ -208,16 +246,25 @@ def train_seed(
 
     wandb_on = tcfg["wandb"]["mode"] != "disabled"
     run_id = _wandb_run_id(run_dir, checkpoint) if wandb_on and _rank() == 0 else None
-    args = grpo_config(tcfg, output_dir=str(run_dir), seed=seed, reward_weights=weights, device=device,
-                       dtype=dtype, report_to=["wandb"] if wandb_on else [])
-    wandb_run = _init_wandb(cfg, run_dir, run_id, seed) if run_id is not None else None
     flag = SignalFlag().install()
+    stack = contextlib.ExitStack()
+    wandb_run = None
     try:
-        trainer = GRPOTrainer(model=model, reward_funcs=reward_funcs, args=args, train_dataset=dataset,
-                              processing_class=processor)
+        overrides = {}
+        if wants_server(grpo_knobs(tcfg, seed)) and _rank() == 0:
+            # vllm_mode: server -- this job starts `trl vllm-serve` on the GPUs the launcher left to
+            # it (olmpipe.train.vllm_server); TRL 1.16 talks to it from the main process only.
+            server = stack.enter_context(ManagedVLLMServer(cfg, model_path, run_dir,
+                                                           gpus=server_devices(os.environ), seed=seed))
+            overrides = server.grpo_overrides()
+        args = grpo_config(tcfg, output_dir=str(run_dir), seed=seed, reward_weights=weights, device=device,
+                           dtype=dtype, report_to=["wandb"] if wandb_on else [], overrides=overrides)
+        wandb_run = _init_wandb(cfg, run_dir, run_id, seed) if run_id is not None else None
+        trainer = ResumableGRPOTrainer(model=model, reward_funcs=reward_funcs, args=args, train_dataset=dataset,
+                                       eval_dataset=eval_dataset, processing_class=processor)
         stopper = StopOnSignal(flag, trainer)
         for callback in (MetricsFiles(run_dir), CompletionsTable(trainer, run_dir, tcfg["completions_every"]),
-                         RunState(seed, run_id, fingerprint), stopper):
+                         RunState(seed, run_id, fingerprint, settings), stopper):
             trainer.add_callback(callback)
         trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint is not None else None)
         if stopper.stopped_at is not None:
@@ -229,10 +276,13 @@ def train_seed(
         info = {"seed": seed, "base_model": str(model_path), "steps": trainer.state.global_step,
                 "reward_names": [getattr(f, "__name__", type(f).__name__) for f in reward_funcs],
                 "reward_weights": weights, "wandb_run_id": run_id, "dataset": summary.to_dict()}
-        _save_final(trainer, processor, final_dir, info)
+        main = trainer.accelerator.is_main_process
+        _write_final(lambda path: trainer.save_model(str(path)), processor, final_dir, info, main,
+                     trainer.accelerator.wait_for_everyone)
         logger.info("finished seed %d at step %d; final model in %s", seed, trainer.state.global_step, final_dir)
         return 0
     finally:
+        stack.close()
         flag.restore()
         if rewards is not None:
             rewards.close()

@@ -3,14 +3,12 @@
 :func:`seed_config` is the config a ``train_seed`` job receives (its ``params``): the sections
 training reads, reduced to that seed, so that adding a seed to ``train.seeds`` or changing another
 seed's override does not rerun the seeds already trained. :func:`run_fingerprint` hashes the
-settings that define a run; ``resume: auto`` continues a checkpoint only when its fingerprint
-matches, so a rerun after a hyperparameter change starts over instead of silently continuing the
-old run.
+settings that define a run's trajectory (:mod:`olmpipe.train.resume` decides what a changed
+setting does to a checkpoint).
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Mapping
 from copy import deepcopy
@@ -23,11 +21,6 @@ from typing import Any
 TRAIN_CODE = ("olmpipe.train", "olmpipe.rewards", "olmpipe.prompts")
 #: Sections of the config a training job reads.
 TRAIN_SECTIONS = ("model", "rewards", "train")
-#: Keys of ``train`` that do not change what is trained (logging, resume policy).
-NOT_IN_FINGERPRINT = ("resume", "wandb", "completions_every", "seeds", "seed_overrides")
-#: GRPOConfig knobs that change how a run is operated, not what it learns.
-OPERATIONAL_GRPO = ("save_steps", "save_total_limit", "logging_steps", "dataloader_num_workers",
-                    "vllm_server_base_url", "vllm_server_host", "vllm_server_port", "vllm_server_timeout")
 
 
 def seed_config(config: Mapping[str, Any], seed: int) -> dict[str, Any]:
@@ -48,13 +41,8 @@ def seed_config_json(config: Mapping[str, Any], seed: int) -> str:
     return json.dumps(seed_config(config, seed), sort_keys=True, separators=(",", ":"))
 
 
-def run_fingerprint(cfg: Mapping[str, Any], seed: int, model_path: str) -> str:
-    """Hash of what defines a run: seed, base model, rewards and the effective training knobs."""
-    from olmpipe.train.args import grpo_knobs
+def run_fingerprint(cfg: Mapping[str, Any], seed: int, model_path: str, world_size: int = 1) -> str:
+    """Hash of what defines a run's trajectory (:func:`olmpipe.train.resume.run_settings`)."""
+    from olmpipe.train.resume import run_settings, settings_fingerprint
 
-    train = {k: v for k, v in cfg["train"].items() if k not in NOT_IN_FINGERPRINT and k != "grpo"}
-    grpo = {k: v for k, v in grpo_knobs(cfg["train"], seed).items() if k not in OPERATIONAL_GRPO}
-    rewards = deepcopy(dict(cfg["rewards"]))
-    rewards["bench"] = {k: v for k, v in rewards["bench"].items() if k != "processes"}
-    payload = {"seed": seed, "model": str(model_path), "rewards": rewards, "train": train, "grpo": grpo}
-    return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    return settings_fingerprint(run_settings(cfg, seed, model_path, world_size))

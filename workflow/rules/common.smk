@@ -1,31 +1,55 @@
 # Helpers shared by all rules. The logic lives in olmpipe.workflow (tested like the rest of the
 # package); this file only binds it to the validated config.
+from snakemake.exceptions import WorkflowError
+
 from olmpipe.workflow import (
     RASTERIZE_CODE,
     VALIDATE_CODE,
+    BenchLayoutError,
     benches,
     code_version,
     model_dir,
-    page_dirs,
+    pdf_files,
     bench_test_files,
 )
+from olmpipe.synth.chain import SYNTH_BENCH_DIR, bench_section
+
+# With synth.enabled, bench.dir becomes the synthetic bench (training) and the real bench the eval
+# bench (olmpipe/synth/chain.py); every rule below reads this bench section.
+config["bench"] = bench_section(config)
 
 # Bench folders: bench.dir ("main", pages under results/rasterize/pages/) and, when set,
 # bench.eval_dir ("eval", pages under results/rasterize/eval-pages/).
 BENCHES = benches(config)
 BENCH_BY_PAGES = {bench.pages: bench for bench in BENCHES}
-# Every rasterize output folder, one per PDF (discovered when the workflow is parsed).
-PAGE_DIRS = [d for bench in BENCHES for d in page_dirs(bench)]
+# The PDFs of each bench, {stem: exact path under pdfs/}, discovered when the workflow is parsed;
+# a missing folder or two PDFs that would share a rasterize folder stop here with one clear line.
+PDF_FILES = {}
+for _bench in BENCHES:
+    if _bench.dir == SYNTH_BENCH_DIR:
+        # written by the synth_tests checkpoint (see rasterize_input)
+        PDF_FILES[_bench.pages] = {}
+        continue
+    try:
+        PDF_FILES[_bench.pages] = pdf_files(_bench.dir)
+    except (FileNotFoundError, BenchLayoutError) as exc:
+        _key = "bench.dir" if _bench.role == "main" else "bench.eval_dir"
+        raise WorkflowError(f"{_key}: {exc}") from None
+
 # The model the stages load: results/model/tiny when model.path is "embedded".
 MODEL_DIR = model_dir(config)
 
 
-wildcard_constraints:
-    pages="pages|eval-pages",
-    pdf=r"[^/].*",
+def rasterize_input(wildcards):
+    """Every PDF of every bench, the input of the rasterize job (`x.PDF` keeps its case).
 
-
-def pdf_input(wildcards):
-    """The source PDF of one rasterize job."""
-    bench = BENCH_BY_PAGES[wildcards.pages]
-    return f"{bench.dir}/pdfs/{wildcards.pdf}.pdf"
+    The synthetic bench's PDFs (synth.enabled) are known once the synth_tests checkpoint has run.
+    """
+    pdfs = []
+    for bench in BENCHES:
+        if bench.dir == SYNTH_BENCH_DIR and config["synth"]["enabled"]:
+            files = pdf_files(checkpoints.synth_tests.get().output.bench)
+        else:
+            files = PDF_FILES[bench.pages]
+        pdfs += [f"{bench.dir}/pdfs/{pdf}" for pdf in files.values()]
+    return pdfs

@@ -36,8 +36,15 @@ rule evaluate_generate:
         generation=config["generation"],
         baseline=config["baseline"],
         code=code_version(*GENERATE_CODE),
-    script:
-        "../scripts/evaluate_generate.py"
+        out_dir=RUN_FOLDER,
+        python=GENERATE_PYTHON,
+        settings=GENERATE_SETTINGS,
+    # Through `shell:` like baseline_generate (baseline.smk): vLLM's spawned engine re-imports the
+    # main module.
+    shell:
+        "{params.python:q} -m olmpipe.evaluate --generate-only --settings {params.settings:q}"
+        " --model {input.model:q} --pages {input.pages:q} --tests {input.tests:q}"
+        " --out {params.out_dir:q} --threads {threads} > {log:q} 2>&1"
 
 
 rule evaluate_compare:

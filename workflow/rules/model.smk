@@ -5,14 +5,14 @@
 rule build_model:
     output:
         model=directory("results/model/tiny"),
+    log:
+        "logs/build_model/build_model.log",
+    conda:
+        "../envs/olmpipe.yaml"
+    threads: 1
     params:
         tiny=config["model"]["tiny"],
         # editing the builder rebuilds the model and reruns every stage that uses it
         code=code_version("olmpipe.tinymodel"),
-    log:
-        "logs/build_model/build_model.log",
-    threads: 1
-    conda:
-        "../envs/olmpipe.yaml"
     script:
         "../scripts/build_model.py"

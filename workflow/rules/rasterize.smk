@@ -1,42 +1,33 @@
-# Stage 1: render every PDF page to PNG (pypdfium2), one job per PDF so that adding or changing
-# one PDF re-renders only that PDF; then merge the per-PDF manifests. See olmpipe/rasterize.py.
+# Stage 1: render every PDF page to PNG (pypdfium2) and merge the per-PDF manifests. One job
+# renders every bench PDF in a pool of `threads` processes and reuses each page folder whose
+# manifest.json records the same PDF bytes, longest side and code version, so that adding or
+# changing one PDF re-renders only that PDF (one job per PDF paid a Python start and the package
+# imports per PDF: benchmarks/rasterize_scale.py). See olmpipe/rasterize.py.
 # Target: `snakemake --cores all rasterize`.
-
-
-rule rasterize_pdf:
-    input:
-        pdf=pdf_input,
-    output:
-        pages=directory("results/rasterize/{pages}/{pdf}"),
-    log:
-        "logs/rasterize_pdf/{pages}/{pdf}.log",
-    conda:
-        "../envs/olmpipe.yaml"
-    threads: 1
-    resources:
-        mem_mb=1000,
-        runtime=10,
-    params:
-        longest_side=config["rasterize"]["longest_side"],
-        on_error=config["rasterize"]["on_error"],
-        bench_dir=lambda wildcards: BENCH_BY_PAGES[wildcards.pages].dir,
-        # Editing olmpipe/rasterize.py re-renders every page (see config/README.md, "Reruns").
-        code=code_version(*RASTERIZE_CODE),
-    script:
-        "../scripts/rasterize.py"
 
 
 rule rasterize:
     input:
-        pages=PAGE_DIRS,
+        pdfs=rasterize_input,
     output:
         manifest="results/rasterize/manifest.jsonl",
     log:
         "logs/rasterize/rasterize.log",
-    localrule: True
     conda:
         "../envs/olmpipe.yaml"
+    # rendering processes; Snakemake lowers this to --cores, a profile's set-threads changes it
+    threads: 8
+    resources:
+        mem_mb=lambda wildcards, threads: 1000 + 500 * threads,
+        runtime=120,
     params:
+        longest_side=config["rasterize"]["longest_side"],
+        on_error=config["rasterize"]["on_error"],
+        # [bench folder, page root] of each bench; the job lists their PDFs itself (the same
+        # olmpipe.workflow.pdf_files as rasterize_input), so a changed PDF list is an input change
+        # and `snakemake -n` does not print thousands of paths as a params change.
+        benches=[[bench.dir, str(bench.pages_root)] for bench in BENCHES],
+        # Editing olmpipe/rasterize.py re-renders every page (see config/README.md, "Reruns").
         code=code_version(*RASTERIZE_CODE),
     script:
-        "../scripts/rasterize_manifest.py"
+        "../scripts/rasterize.py"

@@ -7,12 +7,15 @@
 # auto`). A job stopped by SIGTERM checkpoints and exits with code 75.
 import os
 
-from olmpipe.launch import launch_prefix
+from olmpipe.launch import slurm_node_resources
+from olmpipe.plan import checked_launch_prefix
 from olmpipe.train.workflow import TRAIN_CODE, seed_config_json
 
 # The base model is an input when it is a file path (built or local); a hub id is no file.
 TRAIN_MODEL_INPUT = (
-    [MODEL_DIR] if config["model"]["path"] == "embedded" or os.path.exists(MODEL_DIR) else []
+    [MODEL_DIR]
+    if config["model"]["path"] == "embedded" or os.path.exists(MODEL_DIR)
+    else []
 )
 
 
@@ -27,30 +30,34 @@ rule train_seed:
         tests=rules.validate.output.tests,
     output:
         model=directory("results/train/seed{seed}/model"),
+    log:
+        "logs/train_seed/seed{seed}.log",
+    conda:
+        "../envs/olmpipe.yaml"
+    threads: config["resources"]["train"]["cpus_per_task"]
+    resources:
+        # Several nodes: --nodes/--ntasks and no srun wrapper (the command's own srun starts one
+        # launcher per node); nothing for one node.
+        **slurm_node_resources(config["resources"]["train"]["nodes"]),
+        gpu=config["resources"]["train"]["gpu"],
+        mem_mb=config["resources"]["train"]["mem_mb"],
+        runtime=config["resources"]["train"]["runtime"],
     params:
         # The model folder (an input) or a hub id (no file).
         base_model=lambda wildcards, input: input.model if input.model else MODEL_DIR,
         run_dir=lambda wildcards: f"results/train/seed{wildcards.seed}",
         # The sections training reads, reduced to this seed: adding a seed reruns no other seed.
         config=lambda wildcards: seed_config_json(config, int(wildcards.seed)),
-        # `python -m olmpipe.train`, or accelerate/torchrun with one process per training GPU.
-        launch=lambda wildcards, resources: launch_prefix(
-            resources.gpu,
-            config["resources"]["train"]["launcher"],
-            config["resources"]["train"]["vllm_server_gpus"],
+        # `python -m olmpipe.train`, accelerate/torchrun with one process per training GPU and the
+        # accelerate config of resources.train.strategy, or srun with one launcher per node. The
+        # memory plan is checked first (olmpipe/plan.py): a job that cannot fit in
+        # resources.train.gpu_memory_gb stops Snakemake before anything is submitted.
+        launch=lambda wildcards, resources: checked_launch_prefix(
+            config, resources.gpu, MODEL_DIR
         ),
         # Editing the trainer, rewards or prompt code retrains every seed (not the bench engine:
         # see olmpipe/train/workflow.py, TRAIN_CODE).
         code=code_version(*TRAIN_CODE),
-    log:
-        "logs/train_seed/seed{seed}.log",
-    threads: config["resources"]["train"]["cpus_per_task"]
-    resources:
-        gpu=config["resources"]["train"]["gpu"],
-        mem_mb=config["resources"]["train"]["mem_mb"],
-        runtime=config["resources"]["train"]["runtime"],
-    conda:
-        "../envs/olmpipe.yaml"
     shell:
         "exec {params.launch} --seed {wildcards.seed} --model {params.base_model:q}"
         " --pages {input.pages:q} --tests-dir {input.tests:q} --run-dir {params.run_dir:q}"
@@ -68,16 +75,16 @@ rule soup:
         models=expand(rules.train_seed.output.model, seed=config["train"]["seeds"]),
     output:
         model=directory("results/train/soup/model"),
-    params:
-        soup=config["soup"],
-        code=code_version("olmpipe.soup"),
     log:
         "logs/soup/soup.log",
+    conda:
+        "../envs/olmpipe.yaml"
     threads: 1
     resources:
         mem_mb=16000,
         runtime=60,
-    conda:
-        "../envs/olmpipe.yaml"
+    params:
+        soup=config["soup"],
+        code=code_version("olmpipe.soup"),
     script:
         "../scripts/soup.py"

@@ -1,20 +1,22 @@
-"""Snakemake script of rule rasterize_pdf: render one PDF (olmpipe.rasterize.rasterize_pdf)."""
+"""Snakemake script of rule rasterize: render the bench PDFs (olmpipe.rasterize.rasterize_pdfs), merge."""
 
 import logging
 
 logging.basicConfig(filename=snakemake.log[0], level=logging.INFO, force=True)  # noqa: F821
 
-from olmpipe.rasterize import RasterizeError, rasterize_pdf
+from olmpipe.rasterize import RasterizeError, bench_jobs, merge_manifests, rasterize_pdfs
 
+benches = snakemake.params.benches  # noqa: F821
+jobs = [job for bench_dir, pages_root in benches for job in bench_jobs(bench_dir, pages_root)]
 try:
-    rasterize_pdf(
-        snakemake.input.pdf,  # noqa: F821
-        snakemake.output.pages,  # noqa: F821
-        pdf_id=f"{snakemake.wildcards.pdf}.pdf",  # noqa: F821
+    rasterize_pdfs(
+        jobs,
         longest_side=snakemake.params.longest_side,  # noqa: F821
         on_error=snakemake.params.on_error,  # noqa: F821
-        bench_dir=snakemake.params.bench_dir,  # noqa: F821
+        code=snakemake.params.code,  # noqa: F821
+        workers=snakemake.threads,  # noqa: F821
     )
 except RasterizeError as exc:
     logging.getLogger("olmpipe.rasterize").error("%s", exc)
-    raise SystemExit(f"rasterize: {exc} (set rasterize.on_error: skip to go on without it)") from None
+    raise SystemExit(f"rasterize: {exc}\n(set rasterize.on_error: skip to go on without them)") from None
+merge_manifests([job.out_dir for job in jobs], snakemake.output.manifest)  # noqa: F821

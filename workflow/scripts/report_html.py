@@ -6,8 +6,8 @@ from pathlib import Path
 
 logging.basicConfig(filename=snakemake.log[0], level=logging.INFO, force=True)  # noqa: F821
 
-from olmpipe.compare import format_table, read_comparison  # noqa: E402
-from olmpipe.report import ReportSettings, write_report  # noqa: E402
+from olmpipe.compare import format_table, read_comparison
+from olmpipe.report import ReportSettings, write_report
 
 comparison = read_comparison(snakemake.input.comparison)  # noqa: F821
 write_report(

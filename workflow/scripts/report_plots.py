@@ -5,8 +5,8 @@ from pathlib import Path
 
 logging.basicConfig(filename=snakemake.log[0], level=logging.INFO, force=True)  # noqa: F821
 
-from olmpipe.compare import read_comparison  # noqa: E402
-from olmpipe.plots import write_plots  # noqa: E402
+from olmpipe.compare import read_comparison
+from olmpipe.plots import write_plots
 
 seed_runs = [Path(m).parent for m in snakemake.input.seed_models]  # noqa: F821
 written = write_plots(

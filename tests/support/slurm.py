@@ -1,7 +1,7 @@
 """A throw-away single-node SLURM cluster on this machine, for testing the SLURM profile for real.
 
-    python -m olmpipe.testing.slurm up      # start munged (if needed), slurmctld, slurmd; wait idle
-    python -m olmpipe.testing.slurm down    # stop what `up` started (by pid), remove its config
+    python tests/support/slurm.py up      # start munged (if needed), slurmctld, slurmd; wait idle
+    python tests/support/slurm.py down    # stop what `up` started (by pid), remove its config
 
 In tests, use the context manager (it skips nothing itself: call ``unavailable_reason()`` first):
 
@@ -48,7 +48,7 @@ SLURM_CONF = Path("/etc/slurm/slurm.conf")
 GRES_CONF = Path("/etc/slurm/gres.conf")
 LOCK_PATH = Path("/run/lock/olmpipe-slurm-cluster.lock")
 STATE_FILE = Path("/run/olmpipe-slurm-cluster.json")
-MARKER = "# Written by olmpipe.testing.slurm: a throw-away local test cluster; removed on stop."
+MARKER = "# Written by olmpipe's tests/support/slurm.py: a throw-away local test cluster; removed on stop."
 REQUIRED_BINARIES = ("slurmctld", "slurmd", "munged", "munge", "sbatch", "squeue", "scontrol", "scancel")
 CTLD_PORT = 6817
 SLURMD_PORT = 6818
@@ -412,7 +412,7 @@ class LocalSlurmCluster:
 
 def main(argv: list[str] | None = None) -> int:
     """``up``: start a cluster and leave it running (pids in /run); ``down``: stop it."""
-    parser = argparse.ArgumentParser(prog="python -m olmpipe.testing.slurm", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python tests/support/slurm.py", description=__doc__.splitlines()[0])
     parser.add_argument("action", choices=["up", "down", "check"])
     parser.add_argument("--gpus", type=int, default=ClusterSpec.gpus, help="fake GPUs on the node")
     args = parser.parse_args(argv)

@@ -1,0 +1,463 @@
+"""Memory plan of a training job: does the configuration fit in GPU memory? Checked before launch.
+
+    olmpipe plan --configfile config/olmocr2.yaml            # table per GPU, "fits" or why not
+    olmpipe plan --configfile my.yaml --gpus 4 --model /models/qwen7b
+
+The estimate is arithmetic on the model's shapes (its folder's ``config.json``, or
+:data:`KNOWN_MODELS` for hub ids) and the config: per training GPU, the weights, gradients and
+AdamW states under ``resources.train.strategy`` (:func:`training_bytes_per_param`), the reference
+model when ``train.grpo.beta > 0``, activations of one micro-batch (``per_device_train_batch_size``
+sequences of page-image tokens from ``rasterize.longest_side`` + prompt + ``max_completion_length``,
+with or without ``activation_checkpointing``), the completion logits, a fixed runtime reserve, and
+vLLM's share (colocate mode); in server mode, the server GPU's weights and KV cache. vLLM must hold
+its weights plus the KV cache of one sequence of ``vllm_max_model_length`` tokens (the model's
+context length when unset, e.g. 128000 for Qwen2.5-VL: vLLM refuses to start otherwise).
+
+Sizes are GiB (2**30 bytes, what ``nvidia-smi`` and ``torch.cuda.mem_get_info`` report);
+``resources.train.gpu_memory_gb`` is one GPU's memory in those units. It is an estimate meant to
+catch the configurations that cannot fit (a missing sharding strategy, a vLLM share smaller than
+the weights, an unset context length), not to tune the last GiB. The train rule calls
+:func:`checked_launch_prefix`, so ``snakemake`` stops before submitting a job that cannot fit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from olmpipe.launch import DEEPSPEED_STRATEGIES, LaunchError, LaunchPlan, launch_prefix, plan
+
+logger = logging.getLogger(__name__)
+
+GIB = 2**30
+#: Prompt tokens besides the page image: the olmOCR v4 no-anchoring instruction and the chat
+#: template (about 130 tokens with Qwen2.5-VL's tokenizer), rounded up.
+PROMPT_TEXT_TOKENS = 160
+#: Aspect ratio (short / long side) assumed for pages: US letter, 8.5 x 11 in.
+PAGE_ASPECT = 8.5 / 11
+#: CUDA context, NCCL buffers and allocator fragmentation per GPU (a rough, fixed reserve).
+RUNTIME_RESERVE_GIB = 2.0
+#: Bytes per parameter of vLLM's weights and per KV cache value (bf16, vLLM's ``dtype: auto`` on
+#: Qwen2.5-VL checkpoints).
+VLLM_BYTES = 2
+
+_VISION_QWEN25 = {"depth": 32, "hidden_size": 1280, "intermediate_size": 3420, "num_heads": 16, "in_chans": 3,
+                  "patch_size": 14, "spatial_merge_size": 2, "temporal_patch_size": 2}
+
+
+def _qwen25_vl(hidden: int, intermediate: int, layers: int, heads: int, kv_heads: int, vocab: int,
+               tied: bool) -> Mapping[str, Any]:
+    return MappingProxyType({
+        "model_type": "qwen2_5_vl", "hidden_size": hidden, "intermediate_size": intermediate,
+        "num_hidden_layers": layers, "num_attention_heads": heads, "num_key_value_heads": kv_heads,
+        "vocab_size": vocab, "tie_word_embeddings": tied, "max_position_embeddings": 128000,
+        "vision_config": {**_VISION_QWEN25, "out_hidden_size": hidden},
+    })
+
+
+_QWEN25_VL_3B = _qwen25_vl(2048, 11008, 36, 16, 2, 151936, True)
+_QWEN25_VL_7B = _qwen25_vl(3584, 18944, 28, 28, 4, 152064, False)
+_QWEN25_VL_32B = _qwen25_vl(5120, 27648, 64, 40, 8, 152064, False)
+_QWEN25_VL_72B = _qwen25_vl(8192, 29568, 80, 64, 8, 152064, False)
+
+#: ``config.json`` fields of hub models the plan knows without a local folder (Qwen2.5-VL's
+#: published configs; olmOCR's models are fine-tuned Qwen2.5-VL-7B, same shapes).
+KNOWN_MODELS: Mapping[str, Mapping[str, Any]] = MappingProxyType({
+    "Qwen/Qwen2.5-VL-3B-Instruct": _QWEN25_VL_3B,
+    "Qwen/Qwen2.5-VL-7B-Instruct": _QWEN25_VL_7B,
+    "Qwen/Qwen2.5-VL-32B-Instruct": _QWEN25_VL_32B,
+    "Qwen/Qwen2.5-VL-72B-Instruct": _QWEN25_VL_72B,
+    "allenai/olmOCR-7B-0725": _QWEN25_VL_7B,
+    "allenai/olmOCR-7B-0825": _QWEN25_VL_7B,
+    "allenai/olmOCR-2-7B-1025": _QWEN25_VL_7B,
+})
+
+
+class PlanError(ValueError):
+    """A model description or configuration the plan cannot use, or a job that does not fit."""
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """The shapes of a Qwen2.5-VL model that decide its memory (from ``config.json``)."""
+
+    source: str
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    tie_word_embeddings: bool
+    max_position_embeddings: int
+    vision_depth: int
+    vision_hidden_size: int
+    vision_intermediate_size: int
+    vision_out_hidden_size: int
+    patch_size: int
+    spatial_merge_size: int
+    temporal_patch_size: int
+    in_chans: int
+
+    @property
+    def kv_dim(self) -> int:
+        """Width of the keys (and of the values) of one token: KV heads x head size."""
+        return self.num_kv_heads * (self.hidden_size // self.num_heads)
+
+    def text_parameters(self) -> int:
+        """Parameters of the language model (Qwen2 decoder: biased q/k/v, SwiGLU MLP, RMSNorm)."""
+        h, i, kv = self.hidden_size, self.intermediate_size, self.kv_dim
+        attention = h * h + 2 * h * kv + (h + 2 * kv) + h * h  # q, k, v (+ biases), o
+        layer = attention + 3 * h * i + 2 * h  # gate, up, down; two norms
+        embeddings = self.vocab_size * h * (1 if self.tie_word_embeddings else 2)
+        return self.num_layers * layer + embeddings + h
+
+    def vision_parameters(self) -> int:
+        """Parameters of the vision tower (patch embedding, blocks, 2x2 patch merger)."""
+        h, i = self.vision_hidden_size, self.vision_intermediate_size
+        patch = self.in_chans * self.temporal_patch_size * self.patch_size**2 * h
+        block = (h * 3 * h + 3 * h) + (h * h + h) + 3 * (h * i) + 2 * i + h + 2 * h
+        merged = h * self.spatial_merge_size**2
+        merger = h + merged * merged + merged + merged * self.vision_out_hidden_size + self.vision_out_hidden_size
+        return patch + self.vision_depth * block + merger
+
+    def parameters(self) -> int:
+        """All parameters (what ``sum(p.numel() for p in model.parameters())`` counts)."""
+        return self.text_parameters() + self.vision_parameters()
+
+    def image_tokens(self, longest_side: int) -> tuple[int, int]:
+        """(LM tokens, vision patches) of one page rendered at ``longest_side`` pixels.
+
+        Qwen2.5-VL resizes each side to a multiple of patch x merge (28) and merges 2x2 patches
+        into one token; the page is assumed portrait US letter (:data:`PAGE_ASPECT`).
+        """
+        unit = self.patch_size * self.spatial_merge_size
+        long_units = max(1, round(longest_side / unit))
+        short_units = max(1, round(longest_side * PAGE_ASPECT / unit))
+        tokens = long_units * short_units
+        return tokens, tokens * self.spatial_merge_size**2
+
+
+def shape_from_config(config: Mapping[str, Any], source: str) -> ModelShape:
+    """A :class:`ModelShape` from ``config.json`` fields (flat or with ``text_config``)."""
+    text = config.get("text_config") or config
+    vision = config.get("vision_config")
+    try:
+        if not isinstance(vision, Mapping):
+            raise KeyError("vision_config")
+        return ModelShape(
+            source=source,
+            vocab_size=int(text.get("vocab_size", config.get("vocab_size"))),
+            hidden_size=int(text["hidden_size"]),
+            intermediate_size=int(text["intermediate_size"]),
+            num_layers=int(text["num_hidden_layers"]),
+            num_heads=int(text["num_attention_heads"]),
+            num_kv_heads=int(text.get("num_key_value_heads") or text["num_attention_heads"]),
+            tie_word_embeddings=bool(config.get("tie_word_embeddings", text.get("tie_word_embeddings", False))),
+            max_position_embeddings=int(text["max_position_embeddings"]),
+            vision_depth=int(vision["depth"]),
+            vision_hidden_size=int(vision["hidden_size"]),
+            vision_intermediate_size=int(vision["intermediate_size"]),
+            vision_out_hidden_size=int(vision["out_hidden_size"]),
+            patch_size=int(vision["patch_size"]),
+            spatial_merge_size=int(vision["spatial_merge_size"]),
+            temporal_patch_size=int(vision["temporal_patch_size"]),
+            in_chans=int(vision.get("in_chans", vision.get("in_channels", 3))),
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise PlanError(f"{source}: not a Qwen2.5-VL config (missing or bad field {exc}); the memory plan "
+                        "needs text hidden_size, intermediate_size, num_hidden_layers, ... and vision_config") from exc
+
+
+def load_shape(model: str | Path) -> ModelShape:
+    """The shapes of ``model``: a local folder's ``config.json``, or a hub id of :data:`KNOWN_MODELS`."""
+    path = Path(model)
+    config_file = path / "config.json"
+    if config_file.is_file():
+        try:
+            config = json.loads(config_file.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise PlanError(f"{config_file}: unreadable model config: {exc}") from exc
+        if not isinstance(config, dict):
+            raise PlanError(f"{config_file}: the top level must be a JSON object")
+        return shape_from_config(config, str(config_file))
+    if str(model) in KNOWN_MODELS:
+        return shape_from_config(KNOWN_MODELS[str(model)], f"{model} (known sizes)")
+    if path.is_dir():
+        raise PlanError(f"{path}: model folder without config.json")
+    raise PlanError(f"model {str(model)!r}: no local folder with config.json and not a known hub id "
+                    f"({', '.join(KNOWN_MODELS)}); download it and set model.path to its folder")
+
+
+def training_bytes_per_param(strategy: str, processes: int, weight_bytes: int) -> dict[str, float]:
+    """Bytes per parameter and GPU of weights, gradients and AdamW states under a strategy.
+
+    - ``single``/``ddp``: the model is loaded in the training dtype (olmpipe/train/run.py), so
+      weights, gradients and both AdamW moments (torch keeps them in the parameter dtype) are whole
+      on every rank: w + w + 2w. (DDP may add a bucket copy of the gradients; left to the reserve.)
+    - ``zero2``: bf16 weights whole; gradients sharded; fp32 master weights + fp32 moments (12
+      bytes, 8 without mixed precision) sharded (ZeRO paper, Rajbhandari et al. 2020, Pos+g).
+    - ``zero3``: everything sharded (Pos+g+p).
+    - ``fsdp``: FSDP2 under mixed precision keeps fp32 sharded parameters, gradients and moments
+      (accelerate upcasts low-precision parameters): 16 bytes / ranks.
+    """
+    w, n = weight_bytes, processes
+    master = 8 + (4 if w < 4 else 0)
+    table = {
+        "single": (w, w, 2 * w),
+        "ddp": (w, w, 2 * w),
+        "zero2": (w, w / n, master / n),
+        "zero3": (w / n, w / n, master / n),
+        "fsdp": (4 / n, 4 / n, 8 / n),
+    }
+    weights, grads, optimizer = table[strategy]
+    return {"weights": weights, "gradients": grads, "optimizer": optimizer}
+
+
+@dataclass(frozen=True)
+class Term:
+    """One row of the plan: what takes memory, how much, and the setting that shrinks it."""
+
+    name: str
+    gib: float
+    note: str
+    fix: str
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    """Per-GPU memory of a training job (training GPUs, and the vLLM server GPU in server mode)."""
+
+    launch: LaunchPlan
+    shape: ModelShape
+    gpu_memory_gib: float
+    train_terms: tuple[Term, ...]
+    server_terms: tuple[Term, ...]
+    problems: tuple[str, ...]
+
+    @property
+    def train_total(self) -> float:
+        """GiB per training GPU."""
+        return sum(t.gib for t in self.train_terms)
+
+    @property
+    def fits(self) -> bool:
+        """True when no check failed."""
+        return not self.problems
+
+    def table(self) -> str:
+        """The plan as a text table (what ``olmpipe plan`` prints)."""
+        p = self.launch
+        lines = [f"model: {self.shape.source}, {self.shape.parameters() / 1e9:.2f}B parameters",
+                 (f"strategy: {p.effective_strategy}, {p.train_processes} training rank(s) on {p.nodes} node(s), "
+                  f"{p.vllm_server_gpus} vLLM server GPU(s); GPU memory {self.gpu_memory_gib:g} GiB"), ""]
+        width = max(len(t.name) for t in (*self.train_terms, *self.server_terms))
+        for title, terms in (("per training GPU", self.train_terms), ("vLLM server GPU", self.server_terms)):
+            if not terms:
+                continue
+            lines.append(f"{title:<{width}}  {'GiB':>7}  note")
+            lines += [f"{t.name:<{width}}  {t.gib:7.1f}  {t.note}" for t in terms]
+            total = sum(t.gib for t in terms)
+            lines.append(f"{'total':<{width}}  {total:7.1f}  of {self.gpu_memory_gib:g} GiB")
+            lines.append("")
+        lines.append("fits" if self.fits else "does not fit:\n" + "\n".join(f"- {m}" for m in self.problems))
+        return "\n".join(lines)
+
+
+def _vllm_need(shape: ModelShape, max_len: int, tp: int) -> tuple[float, float]:
+    """(weights, KV cache of one ``max_len`` sequence) in GiB of one vLLM GPU (tensor parallel ``tp``)."""
+    weights = shape.parameters() * VLLM_BYTES / tp / GIB
+    kv = 2 * shape.num_layers * shape.kv_dim * VLLM_BYTES * max_len / tp / GIB
+    return weights, kv
+
+
+def memory_plan(cfg: Mapping[str, Any], shape: ModelShape, gpus: int | None = None) -> MemoryPlan:
+    """The per-GPU memory plan of ``cfg`` (a validated config) for a model of ``shape``.
+
+    ``gpus``: the job's GPUs (``resources.train.gpu`` when None; the rule passes its resource).
+    """
+    res, grpo = cfg["resources"]["train"], cfg["train"]["grpo"]
+    gpus = res["gpu"] if gpus is None else gpus
+    launch = plan(gpus, res["launcher"], res["vllm_server_gpus"], res["strategy"], res["nodes"])
+    strategy, n = launch.effective_strategy, launch.train_processes
+    w = 4 if cfg["train"]["dtype"] == "float32" else 2
+    params = shape.parameters()
+    per_param = training_bytes_per_param(strategy, n, w)
+    shard = "zero3 or fsdp (shard it over the ranks)"
+    terms = [
+        Term("weights", params * per_param["weights"] / GIB, f"{params / 1e9:.2f}B x {per_param['weights']:.3g} B",
+             f"resources.train.strategy: {shard}"),
+        Term("gradients", params * per_param["gradients"] / GIB, f"x {per_param['gradients']:.3g} B",
+             "resources.train.strategy: zero2, zero3 or fsdp"),
+        Term("optimizer states", params * per_param["optimizer"] / GIB, f"AdamW, x {per_param['optimizer']:.3g} B",
+             "resources.train.strategy: zero2, zero3 or fsdp (shards them; more GPUs shard them thinner)"),
+    ]
+    if grpo["beta"] > 0:
+        ref = w / n if strategy in ("zero3", "fsdp") else w
+        terms.append(Term("reference model", params * ref / GIB, f"beta={grpo['beta']:g}, x {ref:.3g} B",
+                          f"train.grpo.beta: 0 (no reference model), or resources.train.strategy: {shard}"))
+    batch, completion = grpo["per_device_train_batch_size"], grpo["max_completion_length"]
+    img_tokens, patches = shape.image_tokens(cfg["rasterize"]["longest_side"])
+    seq = img_tokens + PROMPT_TEXT_TOKENS + completion
+    h, hv = shape.hidden_size, shape.vision_hidden_size
+    # Values kept for backward per token and layer (Korthikanti et al. 2022, with SDPA/flash attention:
+    # no attention matrix): norm in/out, q, k, v, attention out, second norm in/out, SwiGLU's gate, up,
+    # act, product -> 6h + 2kv + 4i. With checkpointing, each layer's input plus one layer recomputed.
+    layer_values = 6 * h + 2 * shape.kv_dim + 4 * shape.intermediate_size
+    vision_values = 8 * hv + 4 * shape.vision_intermediate_size
+    if grpo["activation_checkpointing"]:
+        text_act = batch * seq * (shape.num_layers * h + layer_values) * w
+        vision_act = batch * patches * (shape.vision_depth * hv + vision_values) * w
+        act_note = "checkpointed"
+    else:
+        text_act = batch * seq * shape.num_layers * layer_values * w
+        vision_act = batch * patches * shape.vision_depth * vision_values * w
+        act_note = "not checkpointed"
+    act_fix = ("train.grpo.activation_checkpointing: true, or lower per_device_train_batch_size, "
+               "max_completion_length or rasterize.longest_side")
+    terms += [
+        Term("activations", text_act / GIB, f"{batch} x {seq} tokens ({img_tokens} image), {act_note}", act_fix),
+        Term("vision activations", vision_act / GIB, f"{batch} x {patches} patches, {act_note}", act_fix),
+        # logits of the completion tokens and their log-softmax kept for backward
+        Term("logits", batch * completion * shape.vocab_size * 2 * w / GIB,
+             f"{batch} x {completion} x {shape.vocab_size} vocab",
+             "lower train.grpo.max_completion_length or per_device_train_batch_size"),
+        Term("runtime reserve", RUNTIME_RESERVE_GIB, "CUDA context, NCCL, allocator", "-"),
+    ]
+    problems: list[str] = []
+    server: list[Term] = []
+    gpu_gib = float(res["gpu_memory_gb"])
+    if grpo["use_vllm"]:
+        max_len = grpo["vllm_max_model_length"] or shape.max_position_embeddings
+        unset = "" if grpo["vllm_max_model_length"] else " (unset: the model's context)"
+        len_fix = "set train.grpo.vllm_max_model_length (prompt + completion tokens, e.g. " \
+                  f"{seq + 64})" if not grpo["vllm_max_model_length"] else "lower train.grpo.vllm_max_model_length"
+        tp = grpo["vllm_tensor_parallel_size"]
+        utilization = grpo["vllm_gpu_memory_utilization"]
+        share = utilization * gpu_gib
+        weights, kv = _vllm_need(shape, max_len, tp)
+        if grpo["vllm_mode"] == "colocate":
+            terms.append(Term("vLLM share (colocate)", share, f"vllm_gpu_memory_utilization {utilization:g} x "
+                              f"{gpu_gib:g} GiB", "lower train.grpo.vllm_gpu_memory_utilization or use vllm_mode: server"))
+            where = f"vLLM's share ({utilization:g} x {gpu_gib:g} = {share:.1f} GiB of each training GPU)"
+            other = "or use vllm_mode: server with resources.train.vllm_server_gpus"
+        else:
+            # trl vllm-serve gets the same grpo.vllm_* settings (olmpipe.train.vllm_server)
+            server = [Term("vLLM weights", weights, f"{params / 1e9:.2f}B x {VLLM_BYTES} B / tp {tp}", "-"),
+                      Term("vLLM KV cache (1 sequence)", kv, f"{max_len} tokens{unset}", len_fix)]
+            where = f"the vLLM server's share ({utilization:g} x {gpu_gib:g} = {share:.1f} GiB)"
+            other = "or raise train.grpo.vllm_tensor_parallel_size with more vllm_server_gpus"
+            if launch.vllm_server_gpus < tp:
+                problems.append(f"train.grpo.vllm_mode: server needs resources.train.vllm_server_gpus >= "
+                                f"vllm_tensor_parallel_size ({tp}), got {launch.vllm_server_gpus}: give the server "
+                                "GPUs of the job or use vllm_mode: colocate")
+        if weights + kv > share:
+            need = math.ceil((weights + kv) / gpu_gib * 100) / 100
+            problems.append(
+                f"{where} cannot hold its bf16 weights ({weights:.1f} GiB) and the KV cache of one "
+                f"{max_len}-token sequence ({kv:.1f} GiB){unset}: raise train.grpo.vllm_gpu_memory_utilization "
+                f"to at least {need:.2f}, {len_fix}, {other}")
+    total = sum(t.gib for t in terms)
+    if total > gpu_gib:
+        top = max(terms, key=lambda t: t.gib)
+        problems.append(f"a training GPU needs {total:.1f} GiB, more than resources.train.gpu_memory_gb "
+                        f"({gpu_gib:g}); largest term: {top.name} ({top.gib:.1f} GiB): {top.fix}")
+    return MemoryPlan(launch=launch, shape=shape, gpu_memory_gib=gpu_gib, train_terms=tuple(terms),
+                      server_terms=tuple(server), problems=tuple(problems))
+
+
+def model_for_plan(cfg: Mapping[str, Any], model: str | Path | None = None) -> str:
+    """The model the plan reads: ``model``, else the stages' (:func:`olmpipe.workflow.model_dir`)."""
+    from olmpipe.workflow import model_dir
+
+    return str(model) if model is not None else model_dir(cfg)
+
+
+def check_fits(cfg: Mapping[str, Any], gpus: int, model: str | Path) -> MemoryPlan | None:
+    """Raise :class:`PlanError` naming the terms that do not fit; None when there is nothing to check.
+
+    CPU jobs (``gpus == 0``) have no GPU memory to plan. A model whose shapes are unknown yet (the
+    embedded model before it is built) is logged and skipped.
+    """
+    if gpus <= 0:
+        return None
+    try:
+        shape = load_shape(model)
+    except PlanError as exc:
+        if Path(model).parts[:1] == ("results",) and not Path(model).exists():
+            logger.warning("memory plan skipped until the model is built: %s", exc)
+            return None
+        raise
+    result = memory_plan(cfg, shape, gpus)
+    if not result.fits:
+        raise PlanError("the training job does not fit in GPU memory (olmpipe plan prints the table):\n"
+                        + "\n".join(f"  - {m}" for m in result.problems))
+    return result
+
+
+def checked_launch_prefix(cfg: Mapping[str, Any], gpus: int, model: str | Path) -> str:
+    """The train rule's launch prefix, after :func:`check_fits` (raises before anything starts)."""
+    res = cfg["resources"]["train"]
+    check_fits(cfg, gpus, model)
+    if res["strategy"] in DEEPSPEED_STRATEGIES and gpus - res["vllm_server_gpus"] > 1:
+        import importlib.util
+
+        if importlib.util.find_spec("deepspeed") is None:
+            logger.warning("resources.train.strategy: %s needs DeepSpeed, which is not installed here "
+                           "(pip install -e .[deepspeed] in the jobs' environment)", res["strategy"])
+    return launch_prefix(gpus, res["launcher"], res["vllm_server_gpus"], strategy=res["strategy"],
+                         nodes=res["nodes"], stop_grace_s=res["stop_grace_s"])
+
+
+def load_configs(paths: Sequence[str | Path]) -> dict[str, Any]:
+    """``config/config.yaml`` with each ``--configfile`` merged on top, validated (as Snakemake does)."""
+    import yaml
+
+    from olmpipe.config import DEFAULT_CONFIG_PATH, ConfigError, deep_update, validate_config
+
+    merged: dict[str, Any] = {}
+    for path in [DEFAULT_CONFIG_PATH, *paths]:
+        try:
+            raw = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
+        except (OSError, yaml.YAMLError) as exc:
+            raise ConfigError(f"{path}: cannot read the config: {exc}") from exc
+        if not isinstance(raw, dict):
+            raise ConfigError(f"{path}: the top level must be a mapping of sections")
+        deep_update(merged, raw)
+    return validate_config(merged)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``olmpipe plan``: print the memory table; exit 0 when it fits, 1 when not, 2 on bad input."""
+    parser = argparse.ArgumentParser(prog="olmpipe plan", description=__doc__.splitlines()[0])
+    parser.add_argument("--configfile", nargs="+", default=[],
+                        help="config files merged over config/config.yaml, as snakemake --configfile")
+    parser.add_argument("--gpus", type=int, default=None, help="GPUs of the job (default: resources.train.gpu)")
+    parser.add_argument("--model", default=None, help="model folder or hub id (default: model.path)")
+    ns = parser.parse_args(argv)
+    from olmpipe.config import ConfigError
+
+    try:
+        cfg = load_configs(ns.configfile)
+        gpus = cfg["resources"]["train"]["gpu"] if ns.gpus is None else ns.gpus
+        if gpus <= 0:
+            sys.stdout.write("resources.train.gpu is 0: a CPU run, no GPU memory to plan\n")
+            return 0
+        result = memory_plan(cfg, load_shape(model_for_plan(cfg, ns.model)), gpus)
+    except (ConfigError, PlanError, LaunchError) as exc:
+        sys.stderr.write(f"olmpipe plan: {exc}\n")
+        return 2
+    sys.stdout.write(result.table() + "\n")
+    return 0 if result.fits else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

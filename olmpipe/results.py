@@ -1,0 +1,142 @@
+"""A run's results as pandas DataFrames: the public API for notebooks.
+
+The stages write their records as files (``docs/architecture.md``, "Files between stages"); this
+module reads them back into tables, one row per record, so that a question about a run is one
+pandas expression rather than a loop over JSON lines::
+
+    from olmpipe.results import load_results
+    results = load_results("results")
+    results.verdicts.groupby(["stage", "type"])["passed"].mean().unstack("stage")
+
+:func:`load_results` finds every run of a results folder: ``baseline/<model>/`` and
+``evaluate/<model>/`` (verdicts, generations; columns ``stage`` and ``model`` say which),
+``train/seed<n>/`` (metrics, completions; column ``seed``) and ``evaluate/comparison.json``. Each
+table is read when first used; a stage that has not run gives an empty table. The single-file
+readers (:func:`read_verdicts`, ...) take one run folder or file. A malformed line raises
+``ValueError`` naming the file and line (:func:`olmpipe.jsonl.iter_jsonl`).
+"""
+
+from __future__ import annotations
+
+import re
+from functools import cached_property
+from pathlib import Path
+
+import pandas as pd
+
+from olmpipe.jsonl import iter_jsonl
+
+VERDICT_COLUMNS = ["test_id", "type", "jsonl", "pdf", "page", "repeat", "passed", "reason"]
+COMPLETIONS_DIR = "completions"
+METRICS_JSONL = "metrics.jsonl"  # olmpipe.train.callbacks.METRICS_JSONL
+_SEED_DIR = re.compile(r"^seed(\d+)$")
+
+
+def _records(path: Path) -> list[dict]:
+    return [record for _, record in iter_jsonl(path)]
+
+
+def read_verdicts(run_dir: str | Path) -> pd.DataFrame:
+    """``verdicts.jsonl`` of a scored run folder: one row per test and repeat (``passed`` is bool)."""
+    frame = pd.DataFrame.from_records(_records(Path(run_dir) / "verdicts.jsonl"))
+    return frame.reindex(columns=[*VERDICT_COLUMNS, *[c for c in frame.columns if c not in VERDICT_COLUMNS]])
+
+
+def read_generations(run_dir: str | Path) -> pd.DataFrame:
+    """``generations.jsonl`` of a run folder: one row per (pdf, page, repeat); nested fields stay dicts/lists."""
+    return pd.DataFrame.from_records(_records(Path(run_dir) / "generations.jsonl"))
+
+
+def read_metrics(train_dir: str | Path) -> pd.DataFrame:
+    """``metrics.jsonl`` of a training run folder (``results/train/seed<n>/``): one row per logged step.
+
+    The rows ``olmpipe.train.callbacks.read_metrics`` returns, read here with the shared JSONL
+    reader (line numbers in errors) and without importing transformers, which that module needs.
+    Empty when the file does not exist yet (a run before its first logged step).
+    """
+    path = Path(train_dir) / METRICS_JSONL
+    return pd.DataFrame.from_records(_records(path)) if path.exists() else pd.DataFrame()
+
+
+def read_completions(train_dir: str | Path) -> pd.DataFrame:
+    """Every ``completions/step*.jsonl`` of a training run folder, in step order.
+
+    One row per completion: ``step``, ``page`` (``<pdf>#<page>``), ``completion``, ``advantage``,
+    one ``rewards/<name>`` column per reward function and ``verdicts`` (a list of dicts).
+    """
+    records = [record for path in sorted((Path(train_dir) / COMPLETIONS_DIR).glob("step*.jsonl"))
+               for record in _records(path)]
+    if not records:
+        return pd.DataFrame()
+    return pd.json_normalize(records, sep="/", max_level=1)
+
+
+def read_comparison(path: str | Path) -> pd.DataFrame:
+    """The score rows of ``comparison.json`` (overall, per type, per JSONL file), as ``comparison.csv`` holds them.
+
+    ``olmpipe.compare.read_comparison`` returns the whole file (per-test and per-page tables, guards).
+    """
+    from olmpipe.compare import read_comparison as read_json
+
+    return pd.DataFrame.from_records(read_json(path)["rows"])
+
+
+def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
+    frames = [f for f in frames if not f.empty]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+class Results:
+    """The records of one results folder as DataFrames, each read on first use (see the module docstring)."""
+
+    def __init__(self, root: str | Path = "results") -> None:
+        self.root = Path(root)
+        if not self.root.is_dir():
+            raise FileNotFoundError(f"{self.root}: no such results folder (run the workflow, or give its path)")
+
+    def scored_runs(self) -> list[tuple[str, str, Path]]:
+        """(stage, model, folder) of every scored run: ``baseline/<model>/`` and ``evaluate/<model>/``."""
+        return [(stage, folder.name, folder) for stage in ("baseline", "evaluate")
+                for folder in sorted((self.root / stage).glob("*/verdicts.jsonl"))
+                for folder in [folder.parent]]
+
+    def train_runs(self) -> list[tuple[int, Path]]:
+        """(seed, folder) of every training run folder ``train/seed<n>/``, by seed."""
+        found = [(int(m[1]), d) for d in (self.root / "train").glob("seed*") if (m := _SEED_DIR.match(d.name))]
+        return sorted(found)
+
+    def _scored(self, reader) -> pd.DataFrame:
+        return _concat([reader(folder).assign(stage=stage, model=model)
+                        for stage, model, folder in self.scored_runs()])
+
+    @cached_property
+    def verdicts(self) -> pd.DataFrame:
+        """Every test verdict of every scored run, with ``stage`` and ``model``."""
+        return self._scored(read_verdicts)
+
+    @cached_property
+    def generations(self) -> pd.DataFrame:
+        """Every generation of every scored run, with ``stage`` and ``model``."""
+        return self._scored(lambda folder: read_generations(folder) if (folder / "generations.jsonl").exists()
+                            else pd.DataFrame())
+
+    @cached_property
+    def metrics(self) -> pd.DataFrame:
+        """The training metrics of every seed, with ``seed``."""
+        return _concat([read_metrics(folder).assign(seed=seed) for seed, folder in self.train_runs()])
+
+    @cached_property
+    def completions(self) -> pd.DataFrame:
+        """The logged training completions of every seed, with ``seed``."""
+        return _concat([read_completions(folder).assign(seed=seed) for seed, folder in self.train_runs()])
+
+    @cached_property
+    def comparison(self) -> pd.DataFrame:
+        """The trained-vs-baseline score rows (empty before the evaluate stage)."""
+        path = self.root / "evaluate" / "comparison.json"
+        return read_comparison(path) if path.exists() else pd.DataFrame()
+
+
+def load_results(root: str | Path = "results") -> Results:
+    """The results folder ``root`` (the workflow's ``results/``) as DataFrames: see :class:`Results`."""
+    return Results(root)

@@ -1,0 +1,217 @@
+"""Stages ``synth_render`` and ``synth_tests``: HTML pages -> one-page PDFs -> an olmOCR-Bench folder.
+
+``render_pages`` prints every page of a ``synth_html`` folder to ``pdfs/<name>.pdf`` (and, for a
+seeded share ``synth.rotate_share`` of them, a copy turned 90, 180 or 270 degrees,
+``<name>_rot<angle>.pdf``), writing ``index.jsonl`` with each PDF's status and reason.
+
+``build_bench`` mines each rendered page (:func:`olmpipe.synth.mine.mine_page`), keeps only the
+tests that are right by construction and writes an olmOCR-Bench folder that ``bench.dir`` and
+``olmpipe bench score`` read as they are:
+
+- ``pdfs/<name>.pdf``, ``synth.jsonl`` (every kept test), ``reference/<name>_pg1_repeat1.md`` (the
+  reference answer: markdown with the olmOCR front matter, a candidate folder scoring 100%);
+- a test is kept when it loads (:func:`olmpipe.bench.model.test_from_record`), passes on the
+  reference answer (with and without its front matter) and fails on a page that should fail it: an
+  empty page, or for ``absent`` tests (which an empty page always passes) the page's text with its
+  running heads, feet and page numbers written out;
+- ``report.json``: pages (HTML, rendered, in the bench, rotated), skipped pages and why, tests by
+  type, dropped tests by reason with each one listed.
+
+Both write to a temporary folder beside the output and move it into place, so nothing
+half-written is left behind.
+
+    olmpipe synth render --html results/synth/html --out results/synth/render
+    olmpipe synth tests --html results/synth/html --render results/synth/render \\
+        --out results/synth/bench --report results/synth/report.json
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import shutil
+import time
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from olmpipe.bench.mathbrowser import BrowserError, BrowserNotFoundError
+from olmpipe.bench.model import TestLoadError, test_from_record
+from olmpipe.bench.run import run_tests
+from olmpipe.prompts import FrontMatter, format_page_output
+from olmpipe.synth.mine import MineLimits, mine_page
+from olmpipe.synth.render import HtmlRenderer, RenderRefused, rotate_pdf
+from olmpipe.synth.source import INDEX_NAME, read_index
+
+log = logging.getLogger(__name__)
+
+TESTS_NAME = "synth.jsonl"
+REFERENCE_DIR = "reference"
+
+
+@dataclass
+class RenderEntry:
+    """One line of the render folder's ``index.jsonl``: a PDF made from the page ``name``."""
+
+    name: str
+    pdf: str
+    rotation: int = 0
+    status: str = "ok"
+    error: str | None = None
+
+
+def _fresh(out: Path) -> Path:
+    tmp = out.with_name(out.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    return tmp
+
+
+def _publish(tmp: Path, out: Path) -> None:
+    shutil.rmtree(out, ignore_errors=True)
+    tmp.replace(out)
+
+
+def render_pages(html_dir: str | Path, out_dir: str | Path, synth: Mapping[str, Any], *,
+                 renderer: HtmlRenderer | None = None) -> list[RenderEntry]:
+    """Print each ``ok`` page of ``html_dir`` to ``out_dir/pdfs/`` (see the module docstring)."""
+    html_dir, out_dir = Path(html_dir), Path(out_dir)
+    tmp = _fresh(out_dir)
+    (tmp / "pdfs").mkdir()
+    rng = random.Random(f"{synth['seed']}:rotate")
+    entries: list[RenderEntry] = []
+    own = renderer is None
+    renderer = renderer or HtmlRenderer(timeout_s=synth["render_timeout_s"])
+    try:
+        for page in read_index(html_dir):
+            if page.status != "ok":
+                continue
+            entry = RenderEntry(page.name, f"{page.name}.pdf")
+            try:
+                html = (html_dir / f"{page.name}.html").read_text(encoding="utf-8")
+                data = renderer.render(html, width_pt=page.width_pt, height_pt=page.height_pt)
+                (tmp / "pdfs" / entry.pdf).write_bytes(data)
+            except BrowserNotFoundError:
+                raise
+            except (RenderRefused, BrowserError, OSError) as exc:
+                entry.status, entry.error = "skipped", f"{page.source}: {exc}"
+                log.warning("skipping %s", entry.error)
+                entries.append(entry)
+                continue
+            entries.append(entry)
+            if rng.random() < synth["rotate_share"]:
+                angle = rng.choice((90, 180, 270))
+                rotated = RenderEntry(page.name, f"{page.name}_rot{angle}.pdf", rotation=angle)
+                rotate_pdf(tmp / "pdfs" / entry.pdf, tmp / "pdfs" / rotated.pdf, angle)
+                entries.append(rotated)
+    finally:
+        if own:
+            renderer.close()
+    (tmp / INDEX_NAME).write_text("".join(json.dumps(asdict(e)) + "\n" for e in entries), encoding="utf-8")
+    _publish(tmp, out_dir)
+    return entries
+
+
+def _limits(synth: Mapping[str, Any]) -> MineLimits:
+    t = synth["tests"]
+    return MineLimits(present=t["present"], order=t["order"], table_cells=t["table_cells"], math=t["math"])
+
+
+def check_tests(records: list[dict], *, reference: str, body: str, full_text: str,
+                timeout_s: float = 60.0) -> tuple[list[dict], list[dict]]:
+    """Split mined tests into (kept, dropped); each dropped one gets a ``reason``."""
+    kept, dropped = [], []
+    for record in records:
+        try:
+            test = test_from_record(record, source=TESTS_NAME)
+        except TestLoadError as exc:
+            dropped.append({"id": record["id"], "type": record["type"], "reason": f"invalid: {exc.reason}"})
+            continue
+        deadline = time.monotonic() + timeout_s
+        on_ref = [run_tests(text, [test], deadline=deadline)[0] for text in (reference, body)]
+        failing = next((v for v in on_ref if not v.passed), None)
+        if failing is not None:
+            reason = f"fails on the reference answer: {failing.reason}"[:300]
+        else:
+            foil = full_text if test.type == "absent" else ""
+            if run_tests(foil, [test], deadline=deadline)[0].passed:
+                reason = ("passes on the page with its headers and footers written out" if test.type == "absent"
+                          else "passes on an empty page")
+            else:
+                kept.append(record)
+                continue
+        dropped.append({"id": record["id"], "type": record["type"], "reason": reason})
+    return kept, dropped
+
+
+def _reason_key(reason: str) -> str:
+    return reason.split(":", 1)[0]
+
+
+def build_bench(html_dir: str | Path, render_dir: str | Path, out_dir: str | Path, report_path: str | Path,
+                synth: Mapping[str, Any]) -> dict:
+    """Mine, check and write the synthetic bench and its report; returns the report."""
+    html_dir, render_dir, out_dir, report_path = map(Path, (html_dir, render_dir, out_dir, report_path))
+    pages = read_index(html_dir)
+    rendered = [RenderEntry(**json.loads(line)) for line in
+                (render_dir / INDEX_NAME).read_text(encoding="utf-8").splitlines() if line.strip()]
+    tmp = _fresh(out_dir)
+    (tmp / "pdfs").mkdir()
+    (tmp / REFERENCE_DIR).mkdir()
+    skipped = [{"name": p.name, "stage": "synth_html", "reason": p.error} for p in pages if p.status != "ok"]
+    skipped += [{"name": r.pdf, "stage": "synth_render", "reason": r.error} for r in rendered if r.status != "ok"]
+    all_kept: list[dict] = []
+    all_dropped: list[dict] = []
+    in_bench = rotated = 0
+    limits = _limits(synth)
+    for entry in rendered:
+        if entry.status != "ok":
+            continue
+        html = (html_dir / f"{entry.name}.html").read_text(encoding="utf-8")
+        mined = mine_page(html, entry.pdf, seed=synth["seed"], limits=limits)
+        reference, front = mined.reference, mined.front_matter
+        if entry.rotation:  # rotate_html_templates.py, update_frontmatter_rotation, lines 96-160
+            front = FrontMatter(front.primary_language, False, (360 - entry.rotation) % 360,
+                                front.is_table, front.is_diagram)
+            reference = format_page_output(front, mined.body)
+        kept, dropped = check_tests(mined.tests, reference=reference, body=mined.body,
+                                    full_text=mined.full_text, timeout_s=synth["test_timeout_s"])
+        all_dropped += [{**d, "pdf": entry.pdf} for d in dropped]
+        if not any(t["type"] != "baseline" for t in kept):
+            skipped.append({"name": entry.pdf, "stage": "synth_tests",
+                            "reason": "no test survived the checks (is there text on the page?)"})
+            continue
+        shutil.copyfile(render_dir / "pdfs" / entry.pdf, tmp / "pdfs" / entry.pdf)
+        (tmp / REFERENCE_DIR / f"{entry.pdf[:-4]}_pg1_repeat1.md").write_text(reference + "\n", encoding="utf-8")
+        all_kept += kept
+        in_bench += 1
+        rotated += bool(entry.rotation)
+    (tmp / TESTS_NAME).write_text("".join(json.dumps(t, ensure_ascii=False) + "\n" for t in all_kept),
+                                  encoding="utf-8")
+    report = {
+        "seed": synth["seed"],
+        "pages": {"html": sum(p.status == "ok" for p in pages),
+                  "rendered": sum(r.status == "ok" and not r.rotation for r in rendered),
+                  "in_bench": in_bench, "rotated": rotated},
+        "tests": len(all_kept),
+        "tests_by_type": dict(sorted(Counter(t["type"] for t in all_kept).items())),
+        "dropped": {"count": len(all_dropped),
+                    "by_reason": dict(sorted(Counter(_reason_key(d["reason"]) for d in all_dropped).items())),
+                    "tests": all_dropped},
+        "skipped": skipped,
+    }
+    if not all_kept:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise ValueError(f"no page of {html_dir} gave a test; skipped pages: "
+                         + "; ".join(f"{s['name']}: {s['reason']}" for s in skipped[:5]))
+    _publish(tmp, out_dir)
+    report_path.parent.mkdir(parents=True, exist_ok=True)
+    tmp_report = report_path.with_name(report_path.name + ".tmp")
+    tmp_report.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    tmp_report.replace(report_path)
+    log.info("synthetic bench %s: %d page(s), %d test(s) %s, %d dropped, %d page(s) skipped", out_dir,
+             in_bench, len(all_kept), report["tests_by_type"], len(all_dropped), len(skipped))
+    return report

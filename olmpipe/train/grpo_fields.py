@@ -1,0 +1,128 @@
+"""Every field of TRL's ``GRPOConfig``, checked by name and type when the config is loaded.
+
+``train.grpo`` (and each ``train.seed_overrides[].grpo``) may set any field of the installed TRL's
+``GRPOConfig`` -- ``use_bias_correction_kl``, the importance-sampling clip bounds,
+``eval_strategy``, ``generation_kwargs``, ``lr_scheduler_kwargs``, optimizer settings, ... -- not
+only the ones the schema documents. Importing TRL costs seconds, too slow for every
+``snakemake -n``, so the field table is a JSON file shipped with the package
+(``grpo_fields.json``: name -> JSON types, made from the dataclass by :func:`describe_fields`);
+a test holds it equal to the installed TRL (pinned in pyproject.toml). Regenerate it after a TRL
+upgrade with ``python -m olmpipe.train.grpo_fields --write``.
+
+Fields that olmpipe sets from the run itself (``OWNED``) are refused with the setting to use instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import difflib
+import json
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+FIELDS_FILE = Path(__file__).with_name("grpo_fields.json")
+
+#: GRPOConfig fields olmpipe sets itself, and where the value comes from.
+OWNED = {
+    "output_dir": "the run folder (results/train/seed{seed})",
+    "seed": "train.seeds", "data_seed": "train.seeds",
+    "bf16": "train.dtype", "fp16": "train.dtype", "use_cpu": "train.device",
+    "report_to": "train.wandb.mode", "run_name": "the seed's run name",
+    "remove_unused_columns": "olmpipe (the rewards need the dataset columns)",
+    "log_completions": "train.completions_every (olmpipe writes its own completions table)",
+    "reward_weights": "rewards.weights", "resume_from_checkpoint": "train.resume",
+    "save_strategy": "train.grpo.save_steps", "logging_strategy": "train.grpo.logging_steps",
+}
+
+_JSON_TYPES = {"bool": "boolean", "int": "integer", "float": "number", "str": "string", "dict": "object",
+               "list": "array", "None": "null", "NoneType": "null"}
+
+
+def _types_of(annotation: str) -> list[str]:
+    """JSON types accepted for a dataclass annotation string (``"float | None"`` -> number, null)."""
+    text = annotation.replace("<class '", "").replace("'>", "").replace("typing.", "")
+    if text.startswith(("Union[", "Optional[")):
+        text = text[text.index("[") + 1:-1].replace(",", " |")
+    out: set[str] = set()
+    for part in text.split("|"):
+        part = part.strip()
+        head = part.split("[", 1)[0].strip()
+        if head.startswith("Literal"):
+            out.update({"boolean", "string"})
+        elif head in _JSON_TYPES:
+            out.add(_JSON_TYPES[head])
+        elif head:
+            out.add("string" if head.endswith(("Strategy", "Type", "Names")) else "object")
+    if "number" in out:
+        out.add("integer")
+    return sorted(out)
+
+
+def describe_fields(config_class: Any = None) -> dict[str, list[str]]:
+    """``{field name: [JSON types]}`` of ``GRPOConfig`` (the installed TRL's by default)."""
+    if config_class is None:
+        from trl import GRPOConfig as config_class
+    return {f.name: _types_of(str(f.type)) for f in dataclasses.fields(config_class) if f.init}
+
+
+def load_fields() -> dict[str, list[str]]:
+    return json.loads(FIELDS_FILE.read_text(encoding="utf-8"))
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    return "array" if isinstance(value, list) else "object"
+
+
+def check_knobs(knobs: Mapping[str, Any], where: str, fields: Mapping[str, list[str]] | None = None) -> list[str]:
+    """Problems of ``knobs`` against GRPOConfig: unknown names (with the closest valid one), fields
+    olmpipe owns, wrong types, and ``max_steps`` outside ``-1`` or ``>= 1``."""
+    fields = load_fields() if fields is None else fields
+    problems = []
+    for name, value in knobs.items():
+        if name in OWNED:
+            problems.append(f"{where}.{name}: set by olmpipe from {OWNED[name]}; remove it here")
+            continue
+        if name not in fields:
+            close = difflib.get_close_matches(name, list(fields), n=1, cutoff=0.6)
+            hint = f"; did you mean {close[0]}?" if close else " (see TRL's GRPOConfig)"
+            problems.append(f"{where}.{name}: not a field of TRL's GRPOConfig{hint}")
+            continue
+        kind = _json_type(value)
+        allowed = fields[name]
+        if kind not in allowed and not (kind == "integer" and "number" in allowed):
+            problems.append(f"{where}.{name}: {value!r} is a {kind}, expected {' or '.join(allowed)}")
+    steps = knobs.get("max_steps")
+    if isinstance(steps, int) and not isinstance(steps, bool) and steps != -1 and steps < 1:
+        problems.append(f"{where}.max_steps: {steps} is not a step count; use a number >= 1, or -1 to train "
+                        "num_train_epochs epochs")
+    return problems
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Write or check the GRPOConfig field table.")
+    parser.add_argument("--write", action="store_true", help=f"rewrite {FIELDS_FILE.name} from the installed TRL")
+    args = parser.parse_args(argv)
+    fields = describe_fields()
+    if args.write:
+        FIELDS_FILE.write_text(json.dumps(fields, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+        return 0
+    same = fields == load_fields()
+    sys.stdout.write("up to date\n" if same else f"{FIELDS_FILE} differs from the installed TRL; run with --write\n")
+    return 0 if same else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

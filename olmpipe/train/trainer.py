@@ -1,0 +1,191 @@
+"""TRL's ``GRPOTrainer`` with a resume that really restores the trained weights.
+
+Why this exists: transformers 5 saves checkpoints in the model's *original* (hub) key format --
+``save_pretrained`` reverts its weight conversions (``revert_weight_conversion`` in
+``transformers/modeling_utils.py``, ``save_original_format=True``), so a Qwen2.5-VL checkpoint holds
+``visual.*`` / ``model.*`` keys while the live model names them ``model.visual.*`` /
+``model.language_model.*``. ``Trainer._load_from_checkpoint`` (transformers 5.24,
+``trainer.py`` line ~3689) then calls ``model.load_state_dict(state_dict, strict=False)`` on the
+raw file: no key matches, nothing is loaded, and a resumed run silently continues from the *base*
+weights with the checkpoint's optimizer state, step count and metrics (every preemption restart
+lost the training before it).
+
+:func:`load_checkpoint_weights` loads a checkpoint folder into a live model the way
+``from_pretrained`` reads it (with the conversions), checks that every tensor of the model was
+restored, and raises :class:`CheckpointLoadError` otherwise -- a resume either restores the weights
+exactly or stops. DeepSpeed and FSDP checkpoints keep transformers' own loaders (their shards use
+the live module names).
+
+The data order is the second half of an exact resume. TRL's ``RepeatSampler`` (``trl/trainer/utils.py``)
+draws each epoch's permutation from one generator seeded once at construction, so epoch ``e`` of a
+run gets the generator's ``e``-th draw -- but a resumed run builds a fresh sampler whose *first*
+draw serves the epoch it resumes in, and trains on another page order than the run it continues.
+:class:`EpochSeededRepeatSampler` makes the permutation a function of ``(seed, epoch)`` alone
+(``set_epoch``, which the Trainer and accelerate call at the start of every epoch), so an
+interrupted and an uninterrupted run see the same pages at every step.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+from trl import GRPOTrainer
+from trl.trainer.utils import RepeatSampler
+
+logger = logging.getLogger(__name__)
+
+SAFE_WEIGHTS = "model.safetensors"
+SAFE_INDEX = "model.safetensors.index.json"
+
+
+class CheckpointLoadError(RuntimeError):
+    """A checkpoint's weights could not be restored into the model (a resume must not go on)."""
+
+
+def _checkpoint_keys(folder: Path) -> set[str]:
+    """Tensor names stored in a checkpoint folder (safetensors, single file or sharded)."""
+    from safetensors import safe_open
+
+    if (folder / SAFE_INDEX).exists():
+        return set(json.loads((folder / SAFE_INDEX).read_text(encoding="utf-8"))["weight_map"])
+    if (folder / SAFE_WEIGHTS).exists():
+        with safe_open(str(folder / SAFE_WEIGHTS), framework="pt") as fh:
+            return set(fh.keys())
+    raise CheckpointLoadError(f"{folder}: no {SAFE_WEIGHTS} or {SAFE_INDEX} (not a model checkpoint)")
+
+
+def _load_plain(model: Any, folder: Path) -> None:
+    """Load a checkpoint whose keys are the live model's own names (strict)."""
+    from safetensors.torch import load_file
+
+    files = ([folder / SAFE_WEIGHTS] if (folder / SAFE_WEIGHTS).exists() else
+             sorted({folder / f for f in json.loads((folder / SAFE_INDEX).read_text())["weight_map"].values()}))
+    state = {}
+    for path in files:
+        state.update(load_file(str(path), device="cpu"))
+    result = model.load_state_dict(state, strict=False)
+    _check_complete(model, folder, result.missing_keys, result.unexpected_keys)
+
+
+def _check_complete(model: Any, folder: Path, missing: list[str], unexpected: list[str]) -> None:
+    tied = set(getattr(model, "_tied_weights_keys", None) or [])
+    missing = [k for k in missing if k not in tied]
+    if missing or unexpected:
+        raise CheckpointLoadError(
+            f"{folder}: the checkpoint's weights do not fit the model ({len(missing)} missing, "
+            f"{len(unexpected)} unexpected; e.g. missing {missing[:3]}, unexpected {unexpected[:3]}). "
+            "Refusing to resume from the base weights; move the checkpoint aside to start over."
+        )
+
+
+def load_checkpoint_weights(model: Any, checkpoint: str | Path) -> None:
+    """Copy the weights of ``checkpoint`` into ``model`` in place, or raise :class:`CheckpointLoadError`.
+
+    When the stored names are the model's own (no conversion), the files are loaded strictly.
+    Otherwise the checkpoint is read with ``type(model).from_pretrained`` on the CPU in the model's
+    dtype -- the same conversion path as any model load -- and copied tensor by tensor; this holds a
+    second copy of the weights in host memory for the moment of the copy.
+    """
+    import torch
+
+    folder = Path(checkpoint)
+    keys = _checkpoint_keys(folder)
+    own = set(model.state_dict())
+    if keys <= own and own - keys <= set(getattr(model, "_tied_weights_keys", None) or []):
+        _load_plain(model, folder)
+        logger.info("restored %d tensors from %s", len(keys), folder)
+        return
+    loaded = type(model).from_pretrained(str(folder), dtype=model.dtype, device_map="cpu")
+    source = loaded.state_dict()
+    target = model.state_dict()
+    _check_complete(model, folder, sorted(set(target) - set(source)), sorted(set(source) - set(target)))
+    with torch.no_grad():
+        for name, tensor in target.items():
+            if source[name].shape != tensor.shape:
+                raise CheckpointLoadError(f"{folder}: {name} has shape {tuple(source[name].shape)}, "
+                                          f"the model {tuple(tensor.shape)}")
+            tensor.copy_(source[name].to(device=tensor.device, dtype=tensor.dtype))
+    del loaded, source
+    logger.info("restored %d tensors from %s (converted from the saved format)", len(target), folder)
+
+
+class EpochSeededRepeatSampler(RepeatSampler):
+    """TRL's ``RepeatSampler`` with the shuffle of each epoch seeded by ``seed + epoch``."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = int(epoch)
+
+    def __iter__(self):
+        if self.shuffle:
+            self.generator.manual_seed(int(self.seed or 0) + self.epoch)
+        return super().__iter__()
+
+
+class ResumableGRPOTrainer(GRPOTrainer):
+    """``GRPOTrainer`` whose resume restores the model weights and the data order exactly, and whose
+    colocated vLLM engine generates with the weights of the latest step.
+
+    vLLM colocate mode: before the engine is built, :func:`olmpipe.generate.vllm_backend.keep_cpu_linear_weights`
+    keeps vLLM's CPU build from repacking linear weights (otherwise TRL's weight sync fails for the
+    vision tower and leaves stale packed copies of the language model); after every
+    ``sync_weights`` the engine's prefix and vision-encoder caches are dropped
+    (:func:`~olmpipe.generate.vllm_backend.refresh_after_weight_sync`; TRL 1.16 resets only the
+    prefix cache). See docs/vllm.md.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        config = kwargs.get("args")
+        colocate = bool(config is not None and config.use_vllm and config.vllm_mode == "colocate")
+        if colocate:
+            from olmpipe.generate.vllm_backend import keep_cpu_linear_weights
+
+            keep_cpu_linear_weights()
+        super().__init__(*args, **kwargs)
+        if colocate:
+            self._refresh_after_sync()
+
+    def _refresh_after_sync(self) -> None:
+        from olmpipe.generate.vllm_backend import refresh_after_weight_sync
+
+        generation = self.vllm_generation
+        sync = generation.sync_weights
+
+        def sync_and_refresh(*args: Any, **kwargs: Any) -> Any:
+            result = sync(*args, **kwargs)
+            if getattr(generation, "llm", None) is not None:
+                refresh_after_weight_sync(generation.llm)
+            return result
+
+        generation.sync_weights = sync_and_refresh
+
+    def _get_train_sampler(self, dataset: Any = None) -> EpochSeededRepeatSampler:
+        sampler = super()._get_train_sampler(dataset)
+        return EpochSeededRepeatSampler(
+            data_source=sampler.data_source, mini_repeat_count=sampler.mini_repeat_count,
+            batch_size=sampler.batch_size, repeat_count=sampler.repeat_count, shuffle=sampler.shuffle,
+            seed=sampler.seed,
+        )
+
+    def _load_from_checkpoint(self, resume_from_checkpoint: str, model: Any = None) -> None:
+        if self.is_deepspeed_enabled or self.is_fsdp_enabled:
+            return super()._load_from_checkpoint(resume_from_checkpoint, model)
+        target = self.accelerator.unwrap_model(model if model is not None else self.model)
+        load_checkpoint_weights(target, resume_from_checkpoint)
+        return None
+
+    def _load_best_model(self) -> None:
+        """``load_best_model_at_end`` reads the best checkpoint with the same raw ``load_state_dict``
+        (transformers 5.24 ``trainer.py`` ~3822): load it like a resume instead."""
+        if self.is_deepspeed_enabled or self.is_fsdp_enabled:
+            return super()._load_best_model()
+        logger.info("loading the best model from %s (score %s)", self.state.best_model_checkpoint,
+                    self.state.best_metric)
+        load_checkpoint_weights(self.accelerator.unwrap_model(self.model), self.state.best_model_checkpoint)
+        return None

@@ -1,0 +1,35 @@
+"""Train one seed with a reward the tiny model can move (test helper, run under ``accelerate launch``).
+
+    accelerate launch --config_file workflow/accelerate/ddp.yaml --num_processes 2 tests/lowid_train.py \\
+        MODEL PAGES TESTS RUN_DIR CONFIG_JSON [SEED]
+
+The configured rewards hardly vary on the random tiny model (zero advantages, no update), so
+weight-equality tests of the multi-process path train on the share of low token ids instead.
+"""
+
+import json
+import os
+import sys
+
+from olmpipe.config import validate_config
+from olmpipe.train.run import train_seed
+
+
+class LowIdReward:
+    """Share of completion tokens with id < 256."""
+
+    __name__ = "low_id_reward"
+
+    def __call__(self, prompts=None, completions=None, completion_ids=None, **kwargs):
+        if os.environ.get("SCORE_LOG"):  # one line per call: which rank scored how many completions
+            with open(os.environ["SCORE_LOG"], "a") as fh:
+                fh.write(f"{os.environ.get('RANK', '0')} {len(completion_ids)}\n")
+        return [sum(t < 256 for t in ids) / max(1, len(ids)) for ids in completion_ids]
+
+
+if __name__ == "__main__":
+    model, pages, tests, run_dir, config = sys.argv[1:6]
+    seed = int(sys.argv[6]) if len(sys.argv) > 6 else 0
+    cfg = validate_config(json.loads(config))
+    sys.exit(train_seed(cfg, seed=seed, model_path=model, pages=pages, tests_dir=tests, run_dir=run_dir,
+                        reward_funcs=[LowIdReward()]))

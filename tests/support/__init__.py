@@ -1,0 +1,6 @@
+"""Helpers for olmpipe's tests that are worth reusing: hand-made scored runs (``runs``) and a
+throw-away local SLURM cluster (``slurm``, also a script: ``python tests/support/slurm.py up|down``).
+
+They live beside the tests, not in the installed package; tests import them as ``support.runs`` and
+``support.slurm`` (pytest puts ``tests/`` on ``sys.path``).
+"""

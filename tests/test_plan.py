@@ -1,0 +1,227 @@
+"""olmpipe.plan: the per-GPU memory arithmetic, checked by hand on Qwen2.5-VL-7B shapes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from olmpipe.config import load_config
+from olmpipe.plan import (
+    GIB,
+    KNOWN_MODELS,
+    PlanError,
+    check_fits,
+    checked_launch_prefix,
+    load_shape,
+    main,
+    memory_plan,
+    shape_from_config,
+)
+
+REPO = Path(__file__).resolve().parents[1]
+SEVEN_B = "Qwen/Qwen2.5-VL-7B-Instruct"
+#: sum(p.numel()) of Qwen2_5_VLForConditionalGeneration built on the meta device from the 7B config
+#: (test_parameter_count_matches_transformers recomputes it); the model card says 8.29B.
+P7 = 8_292_166_656
+
+#: The recipe's training knobs (olmOCR 2: 3000-token completions, one completion per micro-batch,
+#: activation checkpointing, beta 0.01, 1288 px pages) on 80 GiB GPUs.
+RECIPE = {
+    "rasterize": {"longest_side": 1288},
+    "train": {"grpo": {"max_completion_length": 3000, "per_device_train_batch_size": 1, "beta": 0.01,
+                       "activation_checkpointing": True, "use_vllm": True}},
+    "resources": {"train": {"gpu_memory_gb": 80}},
+}
+DDP_COLOCATE = {"train": {"grpo": {"vllm_mode": "colocate", "vllm_gpu_memory_utilization": 0.15}},
+                "resources": {"train": {"gpu": 8, "strategy": "ddp"}}}
+ZERO2_SERVER = {"train": {"grpo": {"vllm_mode": "server", "vllm_gpu_memory_utilization": 0.9,
+                                   "vllm_max_model_length": 16384}},
+                "resources": {"train": {"gpu": 8, "vllm_server_gpus": 1, "strategy": "zero2"}}}
+
+
+def config(*overrides: dict) -> dict:
+    from olmpipe.config import deep_update
+
+    merged: dict = {}
+    for o in (RECIPE, *overrides):
+        deep_update(merged, json.loads(json.dumps(o)))
+    return load_config(overrides=merged)
+
+
+def seven_b():
+    return load_shape(SEVEN_B)
+
+
+def rows(plan) -> dict[str, float]:
+    return {t.name: t.gib for t in plan.train_terms}
+
+
+def test_parameter_count_matches_transformers() -> None:
+    """The shape arithmetic counts exactly the parameters transformers builds (7B and tied 3B)."""
+    import torch
+    from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
+
+    for name in (SEVEN_B, "Qwen/Qwen2.5-VL-3B-Instruct"):
+        fields = {k: v for k, v in KNOWN_MODELS[name].items()}
+        text = {k: v for k, v in fields.items() if k not in ("vision_config", "model_type")}
+        hf = Qwen2_5_VLConfig(vision_config=dict(fields["vision_config"]), text_config=text,
+                              tie_word_embeddings=fields["tie_word_embeddings"])
+        with torch.device("meta"):
+            model = Qwen2_5_VLForConditionalGeneration(hf)
+        assert shape_from_config(fields, name).parameters() == sum(p.numel() for p in model.parameters()), name
+    assert seven_b().parameters() == P7
+
+
+def test_tiny_model_folder_config_is_read(tiny_model_dir) -> None:
+    """A local folder's config.json (the embedded tiny model, tied embeddings) gives its real size."""
+    from olmpipe.tinymodel import load_model_and_processor
+
+    model, _ = load_model_and_processor(tiny_model_dir)
+    assert load_shape(tiny_model_dir).parameters() == sum(p.numel() for p in model.parameters())
+
+
+def test_ddp_with_colocated_vllm_at_015_does_not_fit_80gb() -> None:
+    """By hand: 10 bytes/param (bf16 weights 2 + grads 2 + AdamW 4 + reference 2) = 77.2 GiB before
+    activations; vLLM's 0.15 x 80 = 12 GiB cannot hold 15.4 GiB of weights + 6.8 GiB of KV cache for
+    the model's 128000-token context."""
+    plan = memory_plan(config(DDP_COLOCATE), seven_b())
+    r = rows(plan)
+    assert r["weights"] == pytest.approx(P7 * 2 / GIB) == pytest.approx(15.445, abs=1e-3)
+    assert r["gradients"] == pytest.approx(P7 * 2 / GIB)
+    assert r["optimizer states"] == pytest.approx(P7 * 4 / GIB) == pytest.approx(30.89, abs=1e-2)
+    assert r["reference model"] == pytest.approx(P7 * 2 / GIB)
+    assert r["vLLM share (colocate)"] == pytest.approx(12.0)
+    # activations, checkpointed: 1656 image tokens (46 x 36 at 1288 px) + 160 prompt + 3000 completion
+    seq = 46 * 36 + 160 + 3000
+    assert r["activations"] == pytest.approx(seq * (28 * 3584 + 6 * 3584 + 2 * 512 + 4 * 18944) * 2 / GIB)
+    assert r["logits"] == pytest.approx(3000 * 152064 * 4 / GIB)
+    assert not plan.fits
+    share, total = plan.problems
+    kv = 2 * 28 * 512 * 2 * 128000 / GIB  # K and V, 28 layers, 4 KV heads x 128, bf16
+    assert kv == pytest.approx(6.836, abs=1e-3)
+    assert "vLLM's share (0.15 x 80 = 12.0 GiB" in share and "128000-token" in share
+    assert "vllm_max_model_length" in share and "vllm_gpu_memory_utilization" in share
+    assert f"{P7 * 2 / GIB:.1f} GiB" in share and f"{kv:.1f} GiB" in share
+    assert plan.train_total > 80 and "largest term: optimizer states (30.9 GiB)" in total
+    assert "resources.train.strategy: zero2" in total
+
+
+def test_zero2_on_seven_ranks_with_a_server_gpu_fits() -> None:
+    """By hand: bf16 weights 2 + reference 2 bytes whole, grads 2/7 and fp32 master + moments 12/7
+    sharded; the server GPU holds 15.4 GiB of weights + 0.9 GiB of KV cache for 16384 tokens."""
+    plan = memory_plan(config(ZERO2_SERVER), seven_b())
+    r = rows(plan)
+    assert plan.launch.train_processes == 7 and plan.launch.effective_strategy == "zero2"
+    assert r["gradients"] == pytest.approx(P7 * 2 / 7 / GIB)
+    assert r["optimizer states"] == pytest.approx(P7 * 12 / 7 / GIB) == pytest.approx(13.24, abs=1e-2)
+    assert r["reference model"] == pytest.approx(P7 * 2 / GIB)
+    assert "vLLM share (colocate)" not in r
+    assert 50 < plan.train_total < 55
+    server = {t.name: t.gib for t in plan.server_terms}
+    assert server["vLLM KV cache (1 sequence)"] == pytest.approx(2 * 28 * 512 * 2 * 16384 / GIB)
+    assert plan.fits, plan.problems
+    assert plan.table().rstrip().endswith("fits")
+
+
+@pytest.mark.parametrize(("overrides", "largest", "fix"), [
+    # ZeRO-2 still keeps the whole model and reference model on 2 GPUs of 40 GiB
+    ({"resources": {"train": {"gpu": 2, "strategy": "zero2", "gpu_memory_gb": 40}}}, "optimizer states", "zero2"),
+    # without activation checkpointing, 4 sequences of 3000-token completions: activations dominate
+    ({"train": {"grpo": {"activation_checkpointing": False, "use_vllm": False, "beta": 0.0,
+                        "per_device_train_batch_size": 4}},
+      "resources": {"train": {"gpu": 8, "strategy": "zero3"}}}, "activations", "activation_checkpointing: true"),
+])
+def test_the_message_names_the_largest_term_and_its_setting(overrides, largest, fix) -> None:
+    plan = memory_plan(config({"train": {"grpo": {"use_vllm": False}}}, overrides), seven_b())
+    assert not plan.fits
+    assert f"largest term: {largest}" in plan.problems[-1] and fix in plan.problems[-1]
+
+
+def test_sharding_strategies_order_memory() -> None:
+    """Same job, more sharding, less memory per GPU; one process is always plain (no sharding)."""
+    totals = {}
+    for strategy in ("ddp", "zero2", "zero3", "fsdp"):
+        plan = memory_plan(config({"resources": {"train": {"gpu": 8, "strategy": strategy}},
+                                   "train": {"grpo": {"use_vllm": False}}}), seven_b())
+        totals[strategy] = plan.train_total
+    assert totals["ddp"] > totals["zero2"] > totals["zero3"]
+    assert totals["fsdp"] < totals["zero2"]
+    one = memory_plan(config({"resources": {"train": {"gpu": 1, "strategy": "zero3"}}}), seven_b())
+    assert one.launch.effective_strategy == "single"
+
+
+def test_server_mode_needs_a_server_gpu() -> None:
+    plan = memory_plan(config(ZERO2_SERVER, {"resources": {"train": {"vllm_server_gpus": 0}}}), seven_b())
+    assert any("vllm_server_gpus" in m for m in plan.problems)
+
+
+@pytest.mark.parametrize(("content", "message"), [
+    ("{not json", "unreadable model config"),
+    ("[1, 2]", "top level must be a JSON object"),
+    ('{"hidden_size": 8}', "not a Qwen2.5-VL config"),
+])
+def test_bad_model_configs_name_the_file(tmp_path, content, message) -> None:
+    (tmp_path / "config.json").write_text(content)
+    with pytest.raises(PlanError, match=message) as info:
+        load_shape(tmp_path)
+    assert str(tmp_path / "config.json") in str(info.value)
+
+
+def test_unknown_hub_id_says_how_to_fix() -> None:
+    with pytest.raises(PlanError, match="not a known hub id.*set model.path to its folder"):
+        load_shape("someone/unknown-model")
+
+
+def test_rule_check_raises_before_launch_and_returns_the_prefix_when_it_fits() -> None:
+    with pytest.raises(PlanError, match="does not fit in GPU memory"):
+        checked_launch_prefix(config(DDP_COLOCATE), 8, SEVEN_B)
+    prefix = checked_launch_prefix(config(ZERO2_SERVER), 8, SEVEN_B)
+    assert "-m olmpipe.launch --exec --gpus 8 --vllm-server-gpus 1 --launcher accelerate --strategy zero2" in prefix
+    # CPU jobs and a not yet built embedded model have nothing to check
+    assert check_fits(config(DDP_COLOCATE), 0, SEVEN_B) is None
+    assert check_fits(config(DDP_COLOCATE), 8, "results/model/tiny-not-built") is None
+
+
+def test_cli_on_the_recipe_prints_the_table_and_fits(capsys) -> None:
+    """Acceptance: `olmpipe plan --configfile config/olmocr2.yaml` prints the table and "fits"."""
+    assert main(["--configfile", str(REPO / "config" / "olmocr2.yaml")]) == 0, capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "per training GPU" in out and "optimizer states" in out and out.rstrip().endswith("fits")
+
+
+def test_cli_stops_on_ddp_with_colocate_015(tmp_path, capsys) -> None:
+    override = tmp_path / "ddp.yaml"
+    override.write_text("train:\n  grpo: {vllm_mode: colocate, vllm_gpu_memory_utilization: 0.15}\n"
+                        "resources:\n  train: {strategy: ddp, gpu: 8, vllm_server_gpus: 0}\n")
+    assert main(["--configfile", str(REPO / "config" / "olmocr2.yaml"), str(override)]) == 1
+    out = capsys.readouterr().out
+    assert "does not fit" in out and "largest term: optimizer states" in out
+
+
+def test_cli_bad_input_exits_2(tmp_path, capsys) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("resources:\n  train: {strategy: zero9}\n")
+    assert main(["--configfile", str(bad)]) == 2
+    assert "strategy" in capsys.readouterr().err
+    assert main(["--gpus", "2", "--model", "someone/unknown"]) == 2
+
+
+@pytest.mark.slow
+def test_snakemake_stops_before_submitting_a_job_that_does_not_fit(tmp_path) -> None:
+    """The train rule runs the plan while Snakemake builds the jobs: a dry run already fails."""
+    import subprocess
+    import sys
+
+    for name in ("data", "config"):
+        (tmp_path / name).symlink_to(REPO / name)
+    override = tmp_path / "ddp.yaml"
+    override.write_text("train:\n  grpo: {vllm_mode: colocate, vllm_gpu_memory_utilization: 0.15}\n"
+                        "resources:\n  train: {strategy: ddp, gpu: 8, vllm_server_gpus: 0}\n")
+    cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "-d", str(tmp_path), "--nolock",
+           "-n", "train_seeds", "--configfile", str(REPO / "config" / "olmocr2.yaml"), str(override)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "does not fit in GPU memory" in out, out[-3000:]
+    assert "largest term: optimizer states" in out

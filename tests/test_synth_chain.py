@@ -1,0 +1,86 @@
+"""olmpipe.synth.chain and workflow/rules/synth.smk: with synth enabled the workflow plans
+synth -> rasterize -> validate -> train -> evaluate, trains on the synthetic bench and evaluates on
+the real one; the `synth` target builds the embedded bench for real (slow)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from olmpipe.cli import COMMANDS
+from olmpipe.synth.chain import SYNTH_BENCH_DIR, bench_section, stage_params
+
+REPO = Path(__file__).resolve().parents[1]
+SAMPLE = REPO / "data/bench/olmocr-sample"
+
+
+def snakemake(workdir: Path, *args: str) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "-d", str(workdir),
+           "--cores", "1", "--nolock", *args]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
+    assert proc.returncode == 0, f"snakemake failed:\n{proc.stdout}\n{proc.stderr}"
+    return proc
+
+
+def write_config(workdir: Path, enabled: bool) -> None:
+    (workdir / "config").mkdir(parents=True, exist_ok=True)
+    (workdir / "config/config.yaml").write_text(
+        f"bench:\n  dir: {SAMPLE}\nrasterize:\n  longest_side: 48\nvalidate:\n  check_math: false\n"
+        f"synth:\n  enabled: {str(enabled).lower()}\n  html_dir: {REPO / 'data/synth'}\n")
+
+
+def test_bench_section_swaps_in_the_synthetic_bench_only_when_enabled():
+    cfg = {"bench": {"dir": "real", "eval_dir": None, "split": {"seed": 1}}, "synth": {"enabled": False}}
+    assert bench_section(cfg) == cfg["bench"]
+    cfg["synth"]["enabled"] = True
+    assert bench_section(cfg) == {"dir": SYNTH_BENCH_DIR, "eval_dir": "real", "split": {"seed": 1}}
+    cfg["bench"]["eval_dir"] = "held-out"
+    assert bench_section(cfg)["eval_dir"] == "held-out"
+    assert cfg["bench"]["dir"] == "real"  # the config itself is not changed
+    assert "enabled" not in stage_params({"enabled": True, "seed": 0})
+
+
+def test_synth_command_is_registered():
+    assert COMMANDS["synth"][0] == "olmpipe.synth.cli"
+
+
+def test_dry_run_with_synth_enabled_plans_synth_then_training_and_evaluation(tmp_path):
+    write_config(tmp_path, enabled=True)
+    out = snakemake(tmp_path, "-n", "train").stdout
+    jobs = set(out.split("Job stats:", 1)[1].split("Reasons:", 1)[0].split())
+    assert {"synth_html", "synth_render", "synth_tests", "rasterize", "validate", "train_seed",
+            "evaluate_compare"} <= jobs
+    write_config(tmp_path, enabled=False)
+    out = snakemake(tmp_path, "-n", "train").stdout
+    assert "synth_html" not in out.split("Job stats:", 1)[1]
+
+
+@pytest.mark.slow
+@pytest.mark.browser
+def test_synth_target_then_validate_trains_on_synthetic_and_evaluates_on_real_pages(tmp_path):
+    from olmpipe.bench.mathbrowser import BrowserNotFoundError, find_chromium
+
+    try:
+        find_chromium()
+    except BrowserNotFoundError:
+        pytest.skip("headless Chromium not installed")
+    write_config(tmp_path, enabled=True)
+    snakemake(tmp_path, "validate")
+    report = json.loads((tmp_path / "results/synth/report.json").read_text())
+    assert report["pages"]["html"] == 5 and report["dropped"]["count"] == 0
+    pages = [json.loads(line) for line in (tmp_path / "results/validate/pages.jsonl").read_text().splitlines()]
+    train = {p["bench_dir"] for p in pages if p["split"] == "train"}
+    evaluate = {p["bench_dir"] for p in pages if p["split"] == "eval"}
+    assert train == {SYNTH_BENCH_DIR} and evaluate == {str(SAMPLE)}
+    assert sum(p["split"] == "train" for p in pages) == report["pages"]["in_bench"]
+    # Nothing of synth or rasterize reruns. validate reruns once: its `tests` input lists the bench's
+    # *.jsonl when the workflow is parsed, and the synthetic one exists only from the second parse on.
+    again = snakemake(tmp_path, "validate")
+    text = again.stdout + again.stderr
+    assert "rule synth_" not in text and "rule rasterize" not in text
+    third = snakemake(tmp_path, "validate")
+    assert "Job stats" not in third.stdout + third.stderr

@@ -1,0 +1,125 @@
+"""olmpipe.synth.source: HTML files (bad encodings, oversized pages) and the VLM path against a
+stand-in OpenAI-compatible server on 127.0.0.1 that answers with HTML."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from olmpipe.config import load_config
+from olmpipe.synth.source import collect_html, extract_html, read_index
+
+REPO = Path(__file__).resolve().parents[1]
+PAGE_HTML = '<html lang="en"><body><h1>Rewritten page</h1><p>Text the model read from the image.</p></body></html>'
+
+
+def synth_config(**overrides):
+    return load_config(overrides={"synth": overrides})["synth"]
+
+
+class HtmlServer:
+    """Chat completions answering ``answer`` (a fenced HTML block by default); records each request."""
+
+    def __init__(self, answer: str = f"Here it is:\n```html\n{PAGE_HTML}\n```\n"):
+        self.answer = answer
+        self.received: list[dict] = []
+        owner = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_POST(self):
+                owner.received.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+                body = json.dumps({"choices": [{"message": {"content": owner.answer}, "finish_reason": "stop"}],
+                                   "usage": {"prompt_tokens": 10, "completion_tokens": 20}}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05},
+                                       daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_html_files_bad_ones_skipped_with_file_line_and_reason(tmp_path):
+    src = tmp_path / "in"
+    src.mkdir()
+    shutil.copy(REPO / "data/synth/text_report.html", src / "good.html")
+    (src / "latin1.html").write_bytes("<html><body>\n<p>caf\u00e9</p></body></html>".encode("latin-1"))
+    (src / "huge.html").write_text("<table>" + "<tr><td>cell value</td></tr>" * 200_000 + "</table>")
+    (src / "notes.txt").write_text("not a page")
+    entries = collect_html(synth_config(html_dir=str(src)), tmp_path / "out")
+    status = {e.name: (e.status, e.error) for e in entries}
+    assert status["good"] == ("ok", None)
+    assert status["latin1"][0] == "skipped" and "latin1.html: line 2: not UTF-8" in status["latin1"][1]
+    assert status["huge"][0] == "skipped" and "synth.max_html_bytes" in status["huge"][1]
+    assert "notes" not in status
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["good.html", "index.jsonl"]
+    assert [e.name for e in read_index(tmp_path / "out")] == [e.name for e in entries]
+    assert not (tmp_path / "out.tmp").exists()
+
+
+def test_missing_html_folder_is_one_clear_error(tmp_path):
+    with pytest.raises(FileNotFoundError, match="synth.html_dir"):
+        collect_html(synth_config(html_dir=str(tmp_path / "nope")), tmp_path / "out")
+
+
+def test_extract_html_from_answers():
+    assert extract_html("```html\n<p>a</p>\n```") == "<p>a</p>"
+    assert extract_html("text <html><body>x</body></html> more") == "<html><body>x</body></html>"
+    assert extract_html("I cannot read this page.") is None
+
+
+@pytest.fixture
+def pdf_dir(tmp_path):
+    folder = tmp_path / "mypdfs"
+    folder.mkdir()
+    shutil.copy(REPO / "data/bench/olmocr-sample/pdfs/small_page_size.pdf", folder / "small.pdf")
+    return folder
+
+
+def test_vlm_pages_are_rewritten_cached_and_resumed(tmp_path, pdf_dir):
+    journal = tmp_path / "journal.jsonl"
+    with HtmlServer() as server:
+        cfg = synth_config(source="vlm", pdf_dir=str(pdf_dir),
+                           vlm={"base_url": server.url, "model": "big-vlm", "longest_side": 64})
+        entries = collect_html(cfg, tmp_path / "synth" / "html", journal_path=journal)
+        assert [(e.name, e.status) for e in entries] == [("small_pg1", "ok")]
+        assert (tmp_path / "synth/html/small_pg1.html").read_text() == PAGE_HTML
+        request = server.received[0]
+        prompt = request["messages"][0]["content"][0]["text"]
+        assert request["model"] == "big-vlm" and "HTML" in prompt
+        assert request["messages"][0]["content"][1]["image_url"]["url"].startswith("data:image/png;base64,")
+        assert (entries[0].width_pt, entries[0].height_pt) == (180, 300)  # the source page's size
+        assert "one page of 180 x 300 points" in prompt
+        collect_html(cfg, tmp_path / "synth" / "html", journal_path=journal)
+        assert len(server.received) == 1  # the journal answered the rerun
+
+
+def test_vlm_answer_without_html_skips_the_page_with_its_reason(tmp_path, pdf_dir):
+    with HtmlServer(answer="Sorry, I can't help with that.") as server:
+        cfg = synth_config(source="vlm", pdf_dir=str(pdf_dir),
+                           vlm={"base_url": server.url, "model": "m", "longest_side": 64})
+        entries = collect_html(cfg, tmp_path / "synth" / "html", journal_path=tmp_path / "j.jsonl")
+    assert entries[0].status == "skipped" and "holds no HTML" in entries[0].error
+    assert (tmp_path / "synth/html/index.jsonl").is_file()

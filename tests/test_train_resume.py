@@ -1,0 +1,233 @@
+"""A resumed run is the run it continues: weights, checkpoints, final model and soup compared bitwise
+with an uninterrupted run of the same seed (CPU, one thread: the tiny model's GRPO loop is
+deterministic there, two uninterrupted runs are bitwise equal). Also: a checkpoint at max_steps,
+changed settings on a finished run, the run-folder lock and a trainer outliving its job."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from safetensors.torch import load_file
+from trainkit import make_page_index
+
+from olmpipe.config import load_config
+from olmpipe.soup import soup
+from olmpipe.train.resume import ResumeMismatchError, run_settings
+from olmpipe.train.run import train_seed
+from olmpipe.train.runlock import RunLock, RunLockedError
+
+pytestmark = pytest.mark.slow
+
+# lr 0.01 and a reward with spread: every step moves the weights, so a lost step shows.
+GRPO = {"max_steps": 4, "num_generations": 4, "per_device_train_batch_size": 4, "learning_rate": 0.01,
+        "gradient_accumulation_steps": 2, "max_completion_length": 8, "save_steps": 1, "logging_steps": 1,
+        "save_total_limit": None}
+
+
+class LowIdReward:
+    """Share of completion tokens with id < ``limit`` (varies across a group: nonzero advantages)."""
+
+    __name__ = "low_id_reward"
+
+    def __call__(self, prompts=None, completions=None, completion_ids=None, **kwargs):
+        return [sum(t < 256 for t in ids) / max(1, len(ids)) for ids in completion_ids]
+
+
+def _weights(folder: Path) -> dict[str, torch.Tensor]:
+    return load_file(str(folder / "model.safetensors"))
+
+
+def _assert_same(a: Path, b: Path) -> None:
+    x, y = _weights(a), _weights(b)
+    assert set(x) == set(y)
+    diff = {k: (x[k] - y[k]).abs().max().item() for k in x if not torch.equal(x[k], y[k])}
+    assert not diff, f"{a} and {b} differ: {sorted(diff.items(), key=lambda kv: -kv[1])[:3]}"
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory, tiny_model_dir):
+    root = tmp_path_factory.mktemp("resume")
+    pages, tests = make_page_index(root)
+    cfg = load_config(overrides={"train": {"wandb": {"mode": "disabled"}, "grpo": GRPO},
+                                 "rewards": {"bench": {"processes": 0}}})
+    runs = {}
+    for seed in (0, 1):
+        run = root / f"full{seed}"
+        assert train_seed(cfg, seed=seed, model_path=tiny_model_dir, pages=pages, tests_dir=tests, run_dir=run,
+                          reward_funcs=[LowIdReward()]) == 0
+        runs[seed] = run
+    return {"root": root, "pages": pages, "tests": tests, "cfg": cfg, "model": tiny_model_dir, "full": runs}
+
+
+def _resume_from(setup, seed: int, step: int, name: str, cfg=None) -> Path:
+    run = setup["root"] / name
+    run.mkdir()
+    full = setup["full"][seed]
+    shutil.copytree(full / f"checkpoint-{step}", run / f"checkpoint-{step}")
+    shutil.copy(full / "metrics.jsonl", run / "metrics.jsonl")
+    assert train_seed(cfg or setup["cfg"], seed=seed, model_path=setup["model"], pages=setup["pages"],
+                      tests_dir=setup["tests"], run_dir=run, reward_funcs=[LowIdReward()]) == 0
+    return run
+
+
+def test_resumed_weights_equal_the_uninterrupted_run_at_every_step(setup):
+    """The bug this guards: transformers 5 saved checkpoints in the hub key format and loaded them
+    with strict=False, so every resume silently restarted from the base weights; and TRL's sampler
+    gave a resumed epoch another page order."""
+    full0 = setup["full"][0]
+    base = _weights(setup["model"])
+    assert any(not torch.equal(base[k], v) for k, v in _weights(full0 / "checkpoint-1").items())
+    resumed = _resume_from(setup, 0, 2, "resumed0")
+    for name in ("checkpoint-3", "checkpoint-4", "model"):
+        _assert_same(full0 / name, resumed / name)
+    assert [r["step"] for r in map(json.loads, (resumed / "metrics.jsonl").read_text().splitlines())] == [1, 2, 3, 4]
+    # the soup of resumed seeds is the soup of the uninterrupted ones
+    resumed1 = _resume_from(setup, 1, 1, "resumed1")
+    _assert_same(setup["full"][1] / "model", resumed1 / "model")
+    soup_full = soup([full0 / "model", setup["full"][1] / "model"], setup["root"] / "soup-full")
+    soup_resumed = soup([resumed / "model", resumed1 / "model"], setup["root"] / "soup-resumed")
+    _assert_same(soup_full, soup_resumed)
+
+
+def test_a_checkpoint_at_max_steps_becomes_the_final_model(setup):
+    """Resuming from the last checkpoint trains no further step and deletes no older checkpoint."""
+    run = setup["root"] / "done"
+    shutil.copytree(setup["full"][0], run)
+    shutil.rmtree(run / "model")
+    assert train_seed(setup["cfg"], seed=0, model_path=setup["model"], pages=setup["pages"],
+                      tests_dir=setup["tests"], run_dir=run, reward_funcs=[LowIdReward()]) == 0
+    _assert_same(setup["full"][0] / "model", run / "model")
+    assert json.loads((run / "model" / "olmpipe_train.json").read_text())["steps"] == 4
+    assert sorted(p.name for p in run.glob("checkpoint-*")) == [f"checkpoint-{i}" for i in (1, 2, 3, 4)]
+    assert max(json.loads(x)["step"] for x in (run / "metrics.jsonl").read_text().splitlines()) == 4
+
+
+HARMLESS = [
+    {"train": {"grpo": {"vllm_gpu_memory_utilization": 0.9}}},
+    {"train": {"grpo": {"gradient_checkpointing": True}}},
+    {"train": {"grpo": {"save_steps": 3, "logging_steps": 2}}},
+    {"train": {"device": "cpu", "dtype": "float32", "completions_every": 3}},
+    {"rewards": {"bench": {"timeout_s": 3, "processes": 2}}},
+]
+TRAJECTORY = [
+    ({"train": {"grpo": {"per_device_train_batch_size": 8}}}, "train.grpo.per_device_train_batch_size"),
+    ({"train": {"grpo": {"gradient_accumulation_steps": 1}}}, "train.grpo.gradient_accumulation_steps"),
+    ({"train": {"grpo": {"num_generations": 2}}}, "train.grpo.num_generations"),
+    ({"train": {"grpo": {"learning_rate": 0.5}}}, "train.grpo.learning_rate"),
+    ({"train": {"grpo": {"beta": 0.04}}}, "train.grpo.beta"),
+    ({"rewards": {"weights": {"eos": 0.5}}}, "rewards.weights.eos"),
+]
+
+
+@pytest.mark.parametrize("change", HARMLESS)
+def test_harmless_settings_keep_the_checkpoint(change):
+    cfg = load_config(overrides={"train": {"grpo": GRPO}})
+    changed = load_config(overrides=_merge({"train": {"grpo": GRPO}}, change))
+    assert run_settings(changed, 0, "m") == run_settings(cfg, 0, "m")
+
+
+@pytest.mark.parametrize(("change", "key"), TRAJECTORY)
+def test_trajectory_settings_are_compared(change, key):
+    cfg = load_config(overrides={"train": {"grpo": GRPO}})
+    changed = load_config(overrides=_merge({"train": {"grpo": GRPO}}, change))
+    a, b = run_settings(cfg, 0, "m"), run_settings(changed, 0, "m")
+    assert a[key] != b[key]
+    assert run_settings(cfg, 0, "m", world_size=7) != a  # the world size too
+
+
+def _merge(a: dict, b: dict) -> dict:
+    out = json.loads(json.dumps(a))
+    for key, value in b.items():
+        out[key] = _merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
+def test_changed_settings_on_a_run_resume_or_stop_and_delete_nothing(setup):
+    """A harmless change resumes (bitwise the same weights); a trajectory change stops with the
+    changed key named and every file kept."""
+    resumed = _resume_from(setup, 0, 2, "harmless", cfg=load_config(overrides=_merge(
+        {"train": {"wandb": {"mode": "disabled"}, "grpo": GRPO}, "rewards": {"bench": {"processes": 0}}},
+        {"train": {"grpo": {"vllm_gpu_memory_utilization": 0.9, "save_steps": 2}}})))
+    _assert_same(setup["full"][0] / "model", resumed / "model")
+    run = setup["root"] / "changed"
+    shutil.copytree(setup["full"][0], run)
+    shutil.rmtree(run / "model")
+    before = {p: p.stat().st_mtime_ns for p in run.rglob("*")}
+    cfg = load_config(overrides=_merge({"train": {"wandb": {"mode": "disabled"}, "grpo": GRPO}},
+                                       {"train": {"grpo": {"learning_rate": 0.5}}}))
+    with pytest.raises(ResumeMismatchError, match=r"train\.grpo\.learning_rate: 0\.01 -> 0\.5.*resume: continue"):
+        train_seed(cfg, seed=0, model_path=setup["model"], pages=setup["pages"], tests_dir=setup["tests"],
+                   run_dir=run, reward_funcs=[LowIdReward()])
+    after = {p: p.stat().st_mtime_ns for p in run.rglob("*") if p.name != ".olmpipe.lock"}
+    assert {p: t for p, t in before.items() if p.name != ".olmpipe.lock"} == after
+
+
+def test_a_second_trainer_on_the_same_run_folder_refuses(tmp_path):
+    message = rf"{tmp_path.name} is in use by another trainer \(pid {os.getpid()}"
+    with RunLock(tmp_path), pytest.raises(RunLockedError, match=message):
+        RunLock(tmp_path).acquire()
+    RunLock(tmp_path).acquire().release()  # free again
+
+
+def _train_command(tmp_path: Path, model: Path, run: Path, steps: int) -> list[str]:
+    pages, tests = make_page_index(tmp_path)
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump({"train": {"wandb": {"mode": "disabled"}, "grpo": {
+        **GRPO, "max_steps": steps, "learning_rate": 1e-3}}, "rewards": {"bench": {"processes": 0}}}))
+    return [sys.executable, "-m", "olmpipe.train", "--seed", "0", "--model", str(model), "--pages", str(pages),
+            "--tests-dir", str(tests), "--run-dir", str(run), "--config", str(config)]
+
+
+def test_trainer_dies_with_its_job_and_a_second_one_refuses(tmp_path, tiny_model_dir):
+    """kill -9 of the process that started the trainer (Snakemake's place): the trainer notices,
+    checkpoints and exits 75; while it runs, a second trainer on the folder stops with exit 2."""
+    run = tmp_path / "seed0"
+    cmd = _train_command(tmp_path, tiny_model_dir, run, 400)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    # A parent shell that starts the trainer, prints its pid and waits (like Snakemake's job).
+    starter = "import subprocess,sys; p=subprocess.Popen(sys.argv[1:]); print(p.pid, flush=True); p.wait()"
+    with open(tmp_path / "trainer.log", "w") as log:
+        parent = subprocess.Popen([sys.executable, "-c", starter, *cmd], env=env, stdout=subprocess.PIPE,
+                                  stderr=log, text=True)
+    trainer_pid = int(parent.stdout.readline())
+    deadline = time.monotonic() + 300
+    while not (run / "metrics.jsonl").exists():
+        assert time.monotonic() < deadline and parent.poll() is None, (tmp_path / "trainer.log").read_text()[-3000:]
+        time.sleep(0.2)
+    second = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300, check=False)
+    assert second.returncode == 2 and "in use by another trainer" in second.stderr, second.stderr[-2000:]
+    parent.kill()  # kill -9 of the job: the trainer is re-parented
+    parent.wait()
+    deadline = time.monotonic() + 120
+    while Path(f"/proc/{trainer_pid}").exists() and Path(f"/proc/{trainer_pid}/stat").read_text().split()[2] != "Z":
+        assert time.monotonic() < deadline, "the trainer outlived its job"
+        time.sleep(0.2)
+    log = (tmp_path / "trainer.log").read_text()
+    assert "the job that started this trainer is gone" in log and "exiting with 75" in log, log[-3000:]
+    assert list(run.glob("checkpoint-*")), "no checkpoint written on the way out"
+
+
+def test_evaluation_during_training_is_logged_and_plotted(tmp_path, tiny_model_dir):
+    """eval_strategy steps: the eval split is rewarded every eval_steps; eval_reward lands in
+    metrics.jsonl beside the training rows and is drawn in the reward plot."""
+    from olmpipe.plots import EVAL_KEYS, read_reward_curve
+
+    pages, tests = make_page_index(tmp_path, n_train=4, n_eval=2)
+    grpo = {**GRPO, "eval_strategy": "steps", "eval_steps": 2, "num_generations_eval": 2,
+            "per_device_eval_batch_size": 2}
+    cfg = load_config(overrides={"train": {"wandb": {"mode": "disabled"}, "grpo": grpo, "eval_max_pages": 2},
+                                 "rewards": {"bench": {"processes": 0}}})
+    run = tmp_path / "seed0"
+    assert train_seed(cfg, seed=0, model_path=tiny_model_dir, pages=pages, tests_dir=tests, run_dir=run,
+                      reward_funcs=[LowIdReward()]) == 0
+    curve = read_reward_curve(run / "metrics.jsonl", EVAL_KEYS)
+    assert [step for step, _ in curve] == [2.0, 4.0] and all(0 <= v <= 1 for _, v in curve)
