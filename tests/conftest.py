@@ -20,3 +20,23 @@ def tiny_model_dir(tmp_path_factory):
     from olmpipe.tinymodel import build_tiny_model
 
     return build_tiny_model(tmp_path_factory.mktemp("tiny-model") / "model", seed=0)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory):
+    """A running local SLURM cluster (tests/support/slurm.py: 4 fake GPUs, partitions cpu + gpu),
+    stopped after the module; skipped where it cannot run (not root, no slurm-wlm, lock held)."""
+    from support.slurm import ClusterSpec, LocalSlurmCluster, unavailable_reason
+
+    reason = unavailable_reason()
+    if reason:
+        pytest.skip(f"no local SLURM cluster: {reason}")
+    c = LocalSlurmCluster(ClusterSpec(), state_dir=tmp_path_factory.mktemp("slurm-state"))
+    try:
+        c.start(lock_timeout=300)
+    except RuntimeError as exc:
+        if "in use" in str(exc) or "holds" in str(exc):
+            pytest.skip(f"no local SLURM cluster: {exc}")
+        raise
+    yield c
+    c.stop()

@@ -266,24 +266,6 @@ def test_two_machines_rendezvous_through_the_node_commands(tmp_path: Path) -> No
     assert [records[r]["env"]["GROUP_RANK"] for r in (0, 1)] == ["0", "1"]  # machine ranks from SLURM_PROCID
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory):
-    """A local SLURM cluster (tests/support/slurm.py); skipped where it cannot run."""
-    from support.slurm import ClusterSpec, LocalSlurmCluster, unavailable_reason
-
-    reason = unavailable_reason()
-    if reason:
-        pytest.skip(f"no local SLURM cluster: {reason}")
-    c = LocalSlurmCluster(ClusterSpec(), state_dir=tmp_path_factory.mktemp("slurm-state"))
-    try:
-        c.start(lock_timeout=300)
-    except RuntimeError as exc:
-        if "in use" in str(exc) or "holds" in str(exc):
-            pytest.skip(f"no local SLURM cluster: {exc}")
-        raise
-    yield c
-    c.stop()
-
 
 @pytest.mark.slow
 @pytest.mark.slurm

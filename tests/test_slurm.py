@@ -29,22 +29,6 @@ PROFILE = REPO / "workflow" / "profiles" / "slurm"
 TEST_PROFILE = REPO / "tests" / "profiles" / "slurm-test"
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory):
-    """A running local cluster (4 fake GPUs, partitions cpu + gpu); stopped after the module."""
-    reason = unavailable_reason()
-    if reason:
-        pytest.skip(f"no local SLURM cluster: {reason}")
-    c = LocalSlurmCluster(ClusterSpec(), state_dir=tmp_path_factory.mktemp("slurm-state"))
-    try:
-        c.start(lock_timeout=300)
-    except RuntimeError as exc:
-        if "in use" in str(exc) or "holds" in str(exc):
-            pytest.skip(f"no local SLURM cluster: {exc}")
-        raise
-    yield c
-    c.stop()
-
 
 def snakemake_command(*args: str, timeout: int = 300,
                       profiles: tuple[Path, ...] = (PROFILE, TEST_PROFILE)) -> tuple[list[str], dict[str, str]]:
