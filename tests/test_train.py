@@ -310,3 +310,25 @@ def test_colocated_vllm_engine_drops_stale_caches_after_every_weight_sync():
     generation.sync_weights()
     generation.sync_weights()
     assert calls == ["sync", "prefix", "encoder"] * 2
+
+
+def test_renamed_checkpointing_knob_reaches_older_transformers():
+    """transformers 5.17 (the vLLM environment, the GPU image) has only gradient_checkpointing."""
+    from dataclasses import dataclass
+
+    from olmpipe.train.args import _for_installed
+
+    @dataclass
+    class Old:
+        gradient_checkpointing: bool = False
+        gradient_checkpointing_kwargs: dict | None = None
+
+    @dataclass
+    class New:
+        activation_checkpointing: bool = False
+        gradient_checkpointing: bool = False
+
+    knobs = {"activation_checkpointing": True, "activation_checkpointing_kwargs": {"use_reentrant": False}}
+    assert _for_installed(knobs, Old) == {"gradient_checkpointing": True,
+                                          "gradient_checkpointing_kwargs": {"use_reentrant": False}}
+    assert _for_installed(knobs, New) == knobs

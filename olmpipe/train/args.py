@@ -75,7 +75,7 @@ def grpo_config(
     address of the job's own vLLM server)."""
     from trl import GRPOConfig
 
-    knobs = {**grpo_knobs(train_cfg, seed), **dict(overrides or {})}
+    knobs = _for_installed({**grpo_knobs(train_cfg, seed), **dict(overrides or {})}, GRPOConfig)
     return GRPOConfig(
         output_dir=output_dir,
         seed=seed,
@@ -91,3 +91,22 @@ def grpo_config(
         reward_weights=list(reward_weights),
         **knobs,
     )
+
+
+#: transformers 5.24 renamed ``gradient_checkpointing`` to ``activation_checkpointing``; older
+#: releases (5.17, vLLM 0.31's and the GPU image's) know only the old names.
+RENAMED = {"activation_checkpointing": "gradient_checkpointing",
+           "activation_checkpointing_kwargs": "gradient_checkpointing_kwargs"}
+
+
+def _for_installed(knobs: dict[str, Any], config_class: Any) -> dict[str, Any]:
+    """``knobs`` with renamed fields spelled as the installed ``GRPOConfig`` spells them."""
+    import dataclasses
+
+    fields = {f.name for f in dataclasses.fields(config_class)}
+    out = dict(knobs)
+    for new, old in RENAMED.items():
+        if new in out and new not in fields and old in fields:
+            value = out.pop(new)
+            out[old] = value if out.get(old) in (None, False, value) else out[old]
+    return out
