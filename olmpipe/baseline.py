@@ -53,8 +53,8 @@ from olmpipe.generate import (
     make_backend,
     make_requests,
 )
-from olmpipe.generate.base import file_sha256
-from olmpipe.generate.decoding import FAILURE_ERROR, settings_fingerprint
+from olmpipe.generate.base import FAILURE_ERROR, file_sha256
+from olmpipe.generate.decoding import settings_fingerprint
 from olmpipe.generate.pipeline import pipeline_counts
 from olmpipe.jsonl import read_page_index
 from olmpipe.workflow import GENERATE_CODE, code_version

@@ -37,6 +37,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from olmpipe.procs import group_members
+
 LAUNCHERS = ("accelerate", "torchrun")
 #: Exit code of a training job stopped by SIGTERM after its checkpoint (EX_TEMPFAIL: run it again to
 #: resume); the trainer returns it (olmpipe.train.callbacks) and so does :func:`supervise`.
@@ -257,28 +259,13 @@ def supervise(cmd: Sequence[str], env: Mapping[str, str], grace_s: float) -> int
                     _group(signal.SIGKILL)
         # ranks the agent left behind (it is gone; they are still in the group)
         end = (state["deadline"] or time.monotonic()) + 5
-        while _group_alive(proc.pid) and time.monotonic() < end:
+        while group_members(proc.pid) and time.monotonic() < end:
             time.sleep(0.2)
         _group(signal.SIGKILL)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     return EXIT_PREEMPTED if state["signal"] is not None else code
-
-
-def _group_alive(pgid: int) -> bool:
-    """True while a live (non-zombie) process of process group ``pgid`` exists."""
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2:].split()
-        if fields[0] != "Z" and int(fields[2]) == pgid:
-            return True
-    return False
 
 
 def _job_argv(p: LaunchPlan, module: str, args: Sequence[str], python: str, port: int | None,

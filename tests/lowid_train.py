@@ -11,20 +11,20 @@ import json
 import os
 import sys
 
+from trainkit import LowIdReward
+
 from olmpipe.config import validate_config
 from olmpipe.train.run import train_seed
 
 
-class LowIdReward:
-    """Share of completion tokens with id < 256."""
-
-    __name__ = "low_id_reward"
+class LoggedLowIdReward(LowIdReward):
+    """:class:`trainkit.LowIdReward` that appends which rank scored how many completions to ``$SCORE_LOG``."""
 
     def __call__(self, prompts=None, completions=None, completion_ids=None, **kwargs):
-        if os.environ.get("SCORE_LOG"):  # one line per call: which rank scored how many completions
+        if os.environ.get("SCORE_LOG"):
             with open(os.environ["SCORE_LOG"], "a") as fh:
                 fh.write(f"{os.environ.get('RANK', '0')} {len(completion_ids)}\n")
-        return [sum(t < 256 for t in ids) / max(1, len(ids)) for ids in completion_ids]
+        return super().__call__(prompts, completions, completion_ids, **kwargs)
 
 
 if __name__ == "__main__":
@@ -32,4 +32,4 @@ if __name__ == "__main__":
     seed = int(sys.argv[6]) if len(sys.argv) > 6 else 0
     cfg = validate_config(json.loads(config))
     sys.exit(train_seed(cfg, seed=seed, model_path=model, pages=pages, tests_dir=tests, run_dir=run_dir,
-                        reward_funcs=[LowIdReward()]))
+                        reward_funcs=[LoggedLowIdReward()]))

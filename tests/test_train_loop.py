@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from trainkit import make_page_index
+from trainkit import LowIdReward, make_page_index
 
 from olmpipe.config import load_config
 from olmpipe.train.callbacks import EXIT_PREEMPTED, RUN_STATE_FILE, read_metrics
@@ -25,15 +25,6 @@ SMALL = {"max_steps": 4, "num_generations": 4, "per_device_train_batch_size": 4,
          "gradient_accumulation_steps": 2, "max_completion_length": 12, "save_steps": 2, "logging_steps": 1}
 
 
-class LowIdReward:
-    """A reward the tiny random model can reach: the share of completion tokens with id < ``limit``."""
-
-    def __init__(self, limit: int):
-        self.limit = limit
-        self.__name__ = "low_id_reward"
-
-    def __call__(self, prompts=None, completions=None, completion_ids=None, **kwargs):
-        return [sum(t < self.limit for t in ids) / max(1, len(ids)) for ids in completion_ids]
 
 
 def test_full_run_with_configured_rewards(tmp_path, tiny_model_dir):

@@ -20,6 +20,7 @@ import pytest
 from trainkit import make_page_index
 
 from olmpipe.launch import launch_command
+from olmpipe.procs import group_members
 from olmpipe.train.callbacks import read_metrics
 
 pytestmark = pytest.mark.slow
@@ -159,7 +160,7 @@ def test_sigterm_to_the_supervised_launcher_stops_every_rank_with_a_checkpoint(t
         while not (run / "metrics.jsonl").exists():
             assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "job.log").read_text()[-4000:]
             time.sleep(0.2)
-        group = [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit() and _in_group(int(p.name), proc.pid)]
+        group = group_members(proc.pid)
         sent = time.monotonic()
         proc.send_signal(signal.SIGTERM)
         code = proc.wait(timeout=120)
@@ -172,11 +173,3 @@ def test_sigterm_to_the_supervised_launcher_stops_every_rank_with_a_checkpoint(t
     assert sorted(p.name for p in saved[0].glob("rng_state_*.pth")) == ["rng_state_0.pth", "rng_state_1.pth"]
     assert text.count("exiting with 75") >= 1
     assert not [pid for pid in group if _alive(pid)], "a rank outlived the job"
-
-
-def _in_group(pid: int, pgid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return int(stat.rsplit(")", 1)[1].split()[2]) == pgid

@@ -17,7 +17,7 @@ import pytest
 import torch
 import yaml
 from safetensors.torch import load_file
-from trainkit import make_page_index
+from trainkit import LowIdReward, make_page_index
 
 from olmpipe.config import load_config
 from olmpipe.soup import soup
@@ -33,13 +33,6 @@ GRPO = {"max_steps": 4, "num_generations": 4, "per_device_train_batch_size": 4, 
         "save_total_limit": None}
 
 
-class LowIdReward:
-    """Share of completion tokens with id < ``limit`` (varies across a group: nonzero advantages)."""
-
-    __name__ = "low_id_reward"
-
-    def __call__(self, prompts=None, completions=None, completion_ids=None, **kwargs):
-        return [sum(t < 256 for t in ids) / max(1, len(ids)) for ids in completion_ids]
 
 
 def _weights(folder: Path) -> dict[str, torch.Tensor]:

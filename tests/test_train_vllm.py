@@ -10,17 +10,12 @@ import json
 import math
 
 import pytest
-from trainkit import make_page_index
+from trainkit import LowIdReward, make_page_index
 
 pytest.importorskip("vllm")
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
 
-class LowIdReward:
-    __name__ = "low_id_reward"
-
-    def __call__(self, prompts=None, completions=None, completion_ids=None, **kwargs):
-        return [sum(t < 256 for t in ids) / max(1, len(ids)) for ids in completion_ids]
 
 
 def test_colocated_vllm_rollouts_train_with_synced_weights(tmp_path, tiny_model_dir, monkeypatch):

@@ -19,12 +19,12 @@ from pathlib import Path
 import pytest
 
 from olmpipe.config import load_config
+from olmpipe.procs import group_members
 from olmpipe.train.vllm_server import (
     SERVER_DEVICES_ENV,
     ManagedVLLMServer,
     VLLMServerError,
     build_command,
-    group_members,
     log_tail,
     server_devices,
     split_devices,

@@ -52,3 +52,20 @@ def make_page_index(root: Path, *, n_train: int = 4, n_eval: int = 1, extra_empt
     pages = root / "pages.jsonl"
     pages.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
     return pages, tests_dir
+
+
+class LowIdReward:
+    """A reward the tiny random model can reach: the share of completion tokens with id < ``limit``.
+
+    The configured rewards hardly vary on the random tiny model (zero advantages, no update), so
+    tests that need the weights to move every step (learning, weight-equality after a resume)
+    train on this instead.
+    """
+
+    __name__ = "low_id_reward"
+
+    def __init__(self, limit: int = 256):
+        self.limit = limit
+
+    def __call__(self, prompts=None, completions=None, completion_ids=None, **kwargs):
+        return [sum(t < self.limit for t in ids) / max(1, len(ids)) for ids in completion_ids]

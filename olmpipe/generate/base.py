@@ -22,6 +22,11 @@ FINISH_STOP = "stop"
 FINISH_LENGTH = "length"
 FINISH_ERROR = "error"
 FINISH_REASONS = (FINISH_STOP, FINISH_LENGTH, FINISH_ERROR)
+#: Values of :attr:`GenerationRecord.failure` of a failed page: no EOS in any attempt, the backend
+#: failed, or (pipeline mode) every answer ended but none parsed.
+FAILURE_NO_EOS = "no_eos"
+FAILURE_ERROR = "error"
+FAILURE_INVALID = "invalid"
 
 
 class GenerationError(RuntimeError):

@@ -28,6 +28,8 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from olmpipe.generate.base import (
+    FAILURE_ERROR,
+    FAILURE_NO_EOS,
     FINISH_ERROR,
     FINISH_STOP,
     Attempt,
@@ -42,9 +44,6 @@ from olmpipe.generate.pipeline import PipelineMode, decode_pipeline_batch
 from olmpipe.prompts import PROMPT_NAME, parse_page_output
 
 logger = logging.getLogger(__name__)
-
-FAILURE_NO_EOS = "no_eos"
-FAILURE_ERROR = "error"
 
 
 @dataclass(frozen=True)

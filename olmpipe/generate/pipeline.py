@@ -47,6 +47,9 @@ from pathlib import Path
 from typing import Any
 
 from olmpipe.generate.base import (
+    FAILURE_ERROR,
+    FAILURE_INVALID,
+    FAILURE_NO_EOS,
     FINISH_ERROR,
     FINISH_LENGTH,
     FINISH_STOP,
@@ -67,8 +70,6 @@ FALLBACKS = ("empty", "pdftotext", "pdfium")
 OUTCOME_ACCEPTED = "accepted"
 OUTCOME_LAST_VALID = "last_valid"
 OUTCOME_FALLBACK = "fallback"
-#: A fallback page whose answers ended with EOS but never parsed (``failure`` of its record).
-FAILURE_INVALID = "invalid"
 #: Seconds ``pdftotext`` may take for one page (olmocr/prompts/anchor.py:55).
 PDFTOTEXT_TIMEOUT_S = 60
 #: Largest fallback text kept, in characters (a hostile text layer must not fill memory or disk).
@@ -284,9 +285,9 @@ def _record(
         fallback_source = mode.settings.fallback
         text, fallback_error = fallback_text(fallback_source, mode.pdf_paths.get(request.pdf), request.page)
         if page.kept is None:
-            failure = "error"
+            failure = FAILURE_ERROR
         elif page.kept.finish_reason == FINISH_LENGTH:
-            failure = "no_eos"
+            failure = FAILURE_NO_EOS
         else:
             failure = FAILURE_INVALID
     else:
@@ -315,7 +316,7 @@ def _record(
         attempts=page.attempts,
         failed=page.outcome == OUTCOME_FALLBACK,
         failure=failure,
-        error=page.final.error if failure == "error" and page.final is not None else None,
+        error=page.final.error if failure == FAILURE_ERROR and page.final is not None else None,
         pipeline={
             "outcome": page.outcome,
             "path": page.path,

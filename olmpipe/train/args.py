@@ -108,5 +108,6 @@ def _for_installed(knobs: dict[str, Any], config_class: Any) -> dict[str, Any]:
     for new, old in RENAMED.items():
         if new in out and new not in fields and old in fields:
             value = out.pop(new)
-            out[old] = value if out.get(old) in (None, False, value) else out[old]
+            if not out.get(old):  # an explicitly set old name wins
+                out[old] = value
     return out

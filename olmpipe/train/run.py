@@ -208,7 +208,7 @@ def _train_locked(
         (run_dir / "dataset.json").write_text(json.dumps(summary.to_dict(), indent=2) + "\n", encoding="utf-8")
     dataset = to_dataset(examples)
     eval_dataset = None
-    if grpo_knobs(tcfg, seed).get("eval_strategy", "no") != "no":
+    if knobs.get("eval_strategy", "no") != "no":
         # Evaluation during training: the eval split's pages, rewarded like training (TRL logs
         # eval_reward, eval_rewards/<name>/mean, ... at each eval_steps).
         eval_examples, eval_summary = build_examples(
@@ -224,7 +224,7 @@ def _train_locked(
     )
     model.train()
 
-    max_steps = grpo_knobs(tcfg, seed)["max_steps"]
+    max_steps = knobs["max_steps"]
     if checkpoint is not None and 0 < max_steps <= step:
         # The checkpoint already holds the whole run: training on would pass max_steps (and rotate
         # older checkpoints away). Its weights become the final model.
@@ -251,7 +251,7 @@ def _train_locked(
     wandb_run = None
     try:
         overrides = {}
-        if wants_server(grpo_knobs(tcfg, seed)) and _rank() == 0:
+        if wants_server(knobs) and _rank() == 0:
             # vllm_mode: server -- this job starts `trl vllm-serve` on the GPUs the launcher left to
             # it (olmpipe.train.vllm_server); TRL 1.16 talks to it from the main process only.
             server = stack.enter_context(ManagedVLLMServer(cfg, model_path, run_dir,

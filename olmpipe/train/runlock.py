@@ -32,6 +32,8 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Self
 
+from olmpipe.procs import parent_of
+
 logger = logging.getLogger(__name__)
 
 LOCK_FILE = ".olmpipe.lock"
@@ -96,15 +98,6 @@ class RunLock:
         self.release()
 
 
-def _parent_of(pid: int) -> int | None:
-    """The parent pid of ``pid`` from ``/proc`` (None when the process is gone or unreadable)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return int(stat.rsplit(")", 1)[1].split()[1])
-
-
 class ParentWatch:
     """SIGTERM to this process when its job is gone (the watched ancestor was re-parented).
 
@@ -117,7 +110,7 @@ class ParentWatch:
         self.interval_s = interval_s
         chain = [os.getpid()]
         for _ in range(levels):
-            parent = _parent_of(chain[-1])
+            parent = parent_of(chain[-1])
             if parent is None or parent <= 1:
                 break
             chain.append(parent)
@@ -135,7 +128,7 @@ class ParentWatch:
     def orphaned(self) -> bool:
         """True when a watched process has a new parent (or is gone)."""
         for child, parent in self._pairs:
-            now = os.getppid() if child == os.getpid() else _parent_of(child)
+            now = os.getppid() if child == os.getpid() else parent_of(child)
             if now != parent:
                 return True
         return False

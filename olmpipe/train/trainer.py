@@ -27,7 +27,6 @@ interrupted and an uninterrupted run see the same pages at every step.
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 from typing import Any
@@ -37,35 +36,27 @@ from trl.trainer.utils import RepeatSampler
 
 logger = logging.getLogger(__name__)
 
-SAFE_WEIGHTS = "model.safetensors"
-SAFE_INDEX = "model.safetensors.index.json"
-
-
 class CheckpointLoadError(RuntimeError):
     """A checkpoint's weights could not be restored into the model (a resume must not go on)."""
 
 
-def _checkpoint_keys(folder: Path) -> set[str]:
-    """Tensor names stored in a checkpoint folder (safetensors, single file or sharded)."""
-    from safetensors import safe_open
+def _weight_map(folder: Path) -> dict[str, str]:
+    """Tensor name -> safetensors file of a checkpoint folder (single file or sharded)."""
+    from olmpipe.soup import SoupError, weight_map
 
-    if (folder / SAFE_INDEX).exists():
-        return set(json.loads((folder / SAFE_INDEX).read_text(encoding="utf-8"))["weight_map"])
-    if (folder / SAFE_WEIGHTS).exists():
-        with safe_open(str(folder / SAFE_WEIGHTS), framework="pt") as fh:
-            return set(fh.keys())
-    raise CheckpointLoadError(f"{folder}: no {SAFE_WEIGHTS} or {SAFE_INDEX} (not a model checkpoint)")
+    try:
+        return weight_map(folder)
+    except SoupError as exc:
+        raise CheckpointLoadError(str(exc)) from None
 
 
-def _load_plain(model: Any, folder: Path) -> None:
+def _load_plain(model: Any, folder: Path, files: set[str]) -> None:
     """Load a checkpoint whose keys are the live model's own names (strict)."""
     from safetensors.torch import load_file
 
-    files = ([folder / SAFE_WEIGHTS] if (folder / SAFE_WEIGHTS).exists() else
-             sorted({folder / f for f in json.loads((folder / SAFE_INDEX).read_text())["weight_map"].values()}))
     state = {}
-    for path in files:
-        state.update(load_file(str(path), device="cpu"))
+    for name in sorted(files):
+        state.update(load_file(str(folder / name), device="cpu"))
     result = model.load_state_dict(state, strict=False)
     _check_complete(model, folder, result.missing_keys, result.unexpected_keys)
 
@@ -92,10 +83,11 @@ def load_checkpoint_weights(model: Any, checkpoint: str | Path) -> None:
     import torch
 
     folder = Path(checkpoint)
-    keys = _checkpoint_keys(folder)
+    stored = _weight_map(folder)
+    keys = set(stored)
     own = set(model.state_dict())
     if keys <= own and own - keys <= set(getattr(model, "_tied_weights_keys", None) or []):
-        _load_plain(model, folder)
+        _load_plain(model, folder, set(stored.values()))
         logger.info("restored %d tensors from %s", len(keys), folder)
         return
     loaded = type(model).from_pretrained(str(folder), dtype=model.dtype, device_map="cpu")

@@ -54,6 +54,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Self
 
+from olmpipe.procs import group_members
+
 logger = logging.getLogger(__name__)
 
 #: Environment variable that carries the server's devices from the launcher to the trainer's rank 0.
@@ -237,22 +239,6 @@ def pick_port(configured: int | None) -> int:
                 "train.vllm_server.port: null to pick a free port"
             ) from None
         return sock.getsockname()[1]
-
-
-def group_members(pgid: int) -> list[int]:
-    """Live processes (zombies excluded) of process group ``pgid``, from ``/proc`` (Linux)."""
-    members = []
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = Path(entry.path, "stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2:].split()
-        if fields[0] != "Z" and int(fields[2]) == pgid:
-            members.append(int(entry.name))
-    return members
 
 
 def log_tail(path: Path, start: int, lines: int, max_bytes: int = 256_000) -> str:
