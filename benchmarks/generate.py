@@ -1,6 +1,6 @@
 """Generation throughput of the transformers backend on the embedded tiny model, at 1 and 2 threads.
 
-Runs the baseline stage's own code path (:func:`olmpipe.baseline.run_generation_and_scoring`: page
+Runs the baseline stage's own code path (:func:`olmpipe.eval_run.run_generation_and_scoring`: page
 images, chat template, processor, ``generate``, front matter parsing, journal and candidate I/O,
 scoring) on real pages of the bundled sample rendered at 1288 px, with the model loaded once and
 injected so that load time is not counted. Prints, per thread count, pages/s (best of
@@ -45,8 +45,8 @@ def render_pages(bench: Path, count: int, out: Path, longest_side: int) -> list[
     """Render the first ``count`` pages of the bench (sorted PDFs) as PNGs; page index entries."""
     import pypdfium2 as pdfium
 
+    from olmpipe.layout import discover_pdfs, pdf_path_for
     from olmpipe.rasterize import render_page
-    from olmpipe.workflow import discover_pdfs, pdf_path_for
 
     entries = []
     for stem in discover_pdfs(bench):
@@ -83,7 +83,7 @@ def write_stage(out: Path, entries: list[dict]) -> tuple[Path, Path]:
 def time_vllm(cfg: dict, model_path: Path, index: Path, tests: Path, work: Path, rounds: int,
               dtype: str) -> list[dict]:
     """Rounds of the same stage run through the vLLM backend, its engine started once beforehand."""
-    from olmpipe.baseline import run_generation_and_scoring
+    from olmpipe.eval_run import run_generation_and_scoring
     from olmpipe.generate.vllm_backend import VLLMBackend
 
     gen = {**cfg["generation"], "backend": "vllm"}
@@ -97,7 +97,7 @@ def time_vllm(cfg: dict, model_path: Path, index: Path, tests: Path, work: Path,
     rows = []
     try:
         run_generation_and_scoring(  # warm-up, as for transformers
-            {**vcfg, "baseline": {**cfg["baseline"], "max_pages": 1}}, model_path, index, tests,
+            {**vcfg, "eval_run": {**cfg["eval_run"], "max_pages": 1}}, model_path, index, tests,
             work / "vllm-warmup", backend=backend, model_name="bench",
         )
         for _ in range(rounds):
@@ -148,11 +148,12 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from olmpipe.baseline import run_generation_and_scoring
+    from olmpipe.eval_run import run_generation_and_scoring
     from olmpipe.generate.transformers_backend import TransformersBackend
-    from olmpipe.tinymodel import build_tiny_model, load_model_and_processor
+    from olmpipe.modelload import load_model_and_processor
+    from olmpipe.tinymodel import build_tiny_model
 
-    overrides: dict = {"baseline": {"resume": False, "progress": False}, "generation": {}}
+    overrides: dict = {"eval_run": {"resume": False, "progress": False}, "generation": {}}
     for key, value in (
         ("batch_size", args.batch_size),
         ("max_new_tokens", args.max_new_tokens),
@@ -178,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         # warm-up: first-call allocations and kernel selection are not part of the steady state
         run_generation_and_scoring(
-            {**cfg, "baseline": {**cfg["baseline"], "max_pages": 1}},
+            {**cfg, "eval_run": {**cfg["eval_run"], "max_pages": 1}},
             model_path,
             index,
             tests,

@@ -126,8 +126,8 @@ def tiny_step(n_pages: int, generations: int, steps: int, max_len: int) -> float
     make_page_index = test_helper("trainkit").make_page_index
 
     from olmpipe.config import load_config
+    from olmpipe.records.metrics import read_metrics
     from olmpipe.tinymodel import build_tiny_model
-    from olmpipe.train.callbacks import read_metrics
     from olmpipe.train.run import train_seed
 
     torch.set_num_threads(1)

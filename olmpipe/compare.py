@@ -21,10 +21,8 @@ The result is a :class:`Comparison`, written as ``comparison.json`` and ``compar
 
 from __future__ import annotations
 
-import csv
-import json
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,17 +30,13 @@ from typing import Any
 import numpy as np
 
 from olmpipe import guards as guards_mod
-from olmpipe.jsonl import iter_jsonl
+from olmpipe.records import comparison as records
+from olmpipe.records.generations import read_generations
+from olmpipe.records.verdicts import read_verdicts
 from olmpipe.stats import Interval, paired_bootstrap, sign_flip_test, stratified_score
 
 log = logging.getLogger(__name__)
 
-VERDICT_KEYS = ("test_id", "type", "jsonl", "pdf", "page", "repeat", "passed")
-CSV_COLUMNS = (
-    "scope", "name", "tests", "baseline", "baseline_low", "baseline_high", "trained", "trained_low",
-    "trained_high", "difference", "difference_low", "difference_high", "p_value", "test_method",
-    "changed", "gained", "lost",
-)  # fmt: skip
 
 
 class ComparisonError(ValueError):
@@ -177,21 +171,12 @@ class Comparison:
         }  # fmt: skip
 
 
-def _read_jsonl(path: Path) -> Iterable[tuple[int, dict[str, Any]]]:
-    return iter_jsonl(path, error=ComparisonError)
-
-
 def load_verdicts(path: str | Path) -> dict[str, TestOutcome]:
     """Aggregate ``verdicts.jsonl`` over repeats into one :class:`TestOutcome` per test id."""
     path = Path(path)
     counts: dict[str, list[Any]] = {}
     seen: set[tuple[str, int | None]] = set()
-    for lineno, rec in _read_jsonl(path):
-        missing = [k for k in VERDICT_KEYS if k not in rec]
-        if missing:
-            raise ComparisonError(f"{path}:{lineno}: verdict lacks key(s) {', '.join(missing)}")
-        if not isinstance(rec["passed"], bool):
-            raise ComparisonError(f"{path}:{lineno}: 'passed' must be true or false, got {rec['passed']!r}")
+    for lineno, rec in read_verdicts(path, error=ComparisonError):
         # repeat null: the page had no output at all (olmpipe.bench scores it as one failed run)
         tid, repeat = str(rec["test_id"]), None if rec["repeat"] is None else int(rec["repeat"])
         if (tid, repeat) in seen:
@@ -219,10 +204,7 @@ def load_generations(path: str | Path) -> list[guards_mod.Generation]:
     """Read ``generations.jsonl`` (pdf, page, repeat, text, front matter, finish reason, failed)."""
     path = Path(path)
     out = []
-    for lineno, rec in _read_jsonl(path):
-        missing = [k for k in ("pdf", "page", "repeat", "text") if k not in rec]
-        if missing:
-            raise ComparisonError(f"{path}:{lineno}: generation lacks key(s) {', '.join(missing)}")
+    for rec in read_generations(path, error=ComparisonError):
         out.append(
             guards_mod.Generation(
                 pdf=str(rec["pdf"]),
@@ -373,29 +355,12 @@ def compare_runs(base: RunData, trained: RunData, settings: CompareSettings) -> 
 
 def write_comparison(comparison: Comparison, json_path: str | Path, csv_path: str | Path) -> None:
     """Write ``comparison.json`` (everything) and ``comparison.csv`` (one line per score row)."""
-    json_path, csv_path = Path(json_path), Path(csv_path)
-    json_path.parent.mkdir(parents=True, exist_ok=True)
-    csv_path.parent.mkdir(parents=True, exist_ok=True)
-    json_path.write_text(json.dumps(comparison.to_json(), indent=2) + "\n", encoding="utf-8")
-    with open(csv_path, "w", newline="", encoding="utf-8") as fh:
-        writer = csv.DictWriter(fh, fieldnames=CSV_COLUMNS)
-        writer.writeheader()
-        for r in comparison.rows:
-            writer.writerow(r.csv_record())
+    records.write_comparison(comparison.to_json(), [r.csv_record() for r in comparison.rows], json_path, csv_path)
 
 
 def read_comparison(path: str | Path) -> dict[str, Any]:
-    """Read a ``comparison.json`` written by :func:`write_comparison`."""
-    path = Path(path)
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ComparisonError(f"{path}: file not found (run the evaluate stage first)") from None
-    except json.JSONDecodeError as exc:
-        raise ComparisonError(f"{path}:{exc.lineno}: not valid JSON: {exc.msg}") from None
-    if not isinstance(data, dict) or "rows" not in data:
-        raise ComparisonError(f"{path}: not a comparison file (no 'rows')")
-    return data
+    """Read a ``comparison.json`` written by :func:`write_comparison`; :class:`ComparisonError` if unreadable."""
+    return records.read_comparison(path, error=ComparisonError)
 
 
 def format_table(comparison: Mapping[str, Any]) -> str:

@@ -8,6 +8,7 @@ schema owns every default: code reads ``cfg["section"]["key"]`` and never suppli
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from copy import deepcopy
 from pathlib import Path
@@ -15,6 +16,8 @@ from typing import Any
 
 import jsonschema
 import yaml
+
+logger = logging.getLogger(__name__)
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 # The schema ships inside the package (package data), so an installed olmpipe validates configs
@@ -26,6 +29,26 @@ DEFAULT_CONFIG_PATH = REPO_ROOT / "config" / "config.yaml"
 
 class ConfigError(ValueError):
     """A configuration that does not match the schema; the message names the key and the fix."""
+
+
+#: Sections that were renamed: old name -> new name. A config that still uses the old name is read
+#: (its keys override the new section's, which config/config.yaml always sets) with a warning.
+RENAMED_SECTIONS = {"baseline": "eval_run"}
+
+
+def _renamed_sections(config: dict[str, Any]) -> dict[str, Any]:
+    """``config`` with every old section name of :data:`RENAMED_SECTIONS` moved to its new name."""
+    for old, new in RENAMED_SECTIONS.items():
+        if old not in config:
+            continue
+        value = config.pop(old)
+        logger.warning("config section %r is now called %r (it steers both the baseline and evaluate runs); "
+                       "reading it as %r", old, new, new)
+        if isinstance(value, Mapping) and isinstance(config.get(new), dict):
+            deep_update(config[new], value)
+        else:
+            config[new] = value
+    return config
 
 
 def load_schema(path: Path = SCHEMA_PATH) -> dict[str, Any]:
@@ -64,7 +87,7 @@ def validate_config(config: Mapping[str, Any], schema: Mapping[str, Any] | None 
     Raises :class:`ConfigError` listing every problem, each naming the offending key.
     """
     schema = load_schema() if schema is None else schema
-    filled = _fill_defaults(schema, deepcopy(dict(config)))
+    filled = _fill_defaults(schema, _renamed_sections(deepcopy(dict(config))))
     validator = jsonschema.Draft202012Validator(schema)
     errors = sorted(validator.iter_errors(filled), key=lambda e: list(e.absolute_path))
     if errors:

@@ -8,8 +8,8 @@
 Two steps:
 
 1. generate the eval pages with the trained (souped) model and score them, through the very
-   function the baseline stage uses (:func:`olmpipe.baseline.run_generation_and_scoring`) with the
-   same config sections (``generation``, ``baseline``), so both runs share every setting; the
+   engine the baseline stage uses (:func:`olmpipe.eval_run.run_generation_and_scoring`) with the
+   same config sections (``generation``, ``eval_run``), so both runs share every setting; the
    output folder ``results/evaluate/<model name>/`` has the baseline's layout;
 2. compare it with ``results/baseline/<model name>/`` (:mod:`olmpipe.compare`): overall, per test
    type and per JSONL category, bootstrap intervals, a paired sign-flip test and the
@@ -36,18 +36,10 @@ from olmpipe.compare import (
     read_comparison,
     write_comparison,
 )
-
-# GENERATE_CODE: package code whose edits rerun the evaluate stage's generation (rule
-# ``evaluate_generate``); the baseline's own list, kept in olmpipe.workflow so that importing it
-# never loads the generation stack (kept here for callers of this module). This module is not in it.
-from olmpipe.workflow import GENERATE_CODE  # noqa: F401
+from olmpipe.layout import PAGE_INDEX, SOUP_MODEL_DIR, VALIDATED_TESTS, baseline_run_dir, evaluate_run_dir
 
 log = logging.getLogger(__name__)
 
-#: Package code whose edits rerun the comparison (rule ``evaluate_compare``).
-COMPARE_CODE = ("olmpipe.evaluate", "olmpipe.compare", "olmpipe.stats", "olmpipe.guards")
-
-SOUP_MODEL = "results/train/soup/model"
 COMPARISON_JSON = "results/evaluate/comparison.json"
 COMPARISON_CSV = "results/evaluate/comparison.csv"
 
@@ -55,22 +47,6 @@ COMPARISON_CSV = "results/evaluate/comparison.csv"
 def trained_name(cfg: Mapping[str, Any]) -> str:
     """Display name of the trained model in tables and the report."""
     return f"{cfg['model']['name']}+grpo"
-
-
-def generate_trained(
-    cfg: Mapping[str, Any],
-    model_path: str | Path,
-    pages_index: str | Path,
-    tests_dir: str | Path,
-    out_dir: str | Path,
-    threads: int = 1,
-) -> Any:
-    """Generate and score the eval pages with the trained model exactly as the baseline stage does."""
-    from olmpipe.baseline import run_generation_and_scoring
-
-    return run_generation_and_scoring(
-        cfg, model_path, pages_index, tests_dir, out_dir, threads, model_name=trained_name(cfg)
-    )
 
 
 def compare_folders(
@@ -99,12 +75,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--settings", metavar="JSON", help="config sections as one JSON object, instead of --config (workflow)"
     )
-    parser.add_argument("--model", default=SOUP_MODEL, help="trained model folder (default: %(default)s)")
+    parser.add_argument("--model", default=str(SOUP_MODEL_DIR), help="trained model folder (default: %(default)s)")
     parser.add_argument(
-        "--pages", default="results/validate/pages.jsonl", help="page index (default: %(default)s)"
+        "--pages", default=str(PAGE_INDEX), help="page index (default: %(default)s)"
     )
     parser.add_argument(
-        "--tests", default="results/validate/tests", help="validated tests (default: %(default)s)"
+        "--tests", default=str(VALIDATED_TESTS), help="validated tests (default: %(default)s)"
     )
     parser.add_argument("--baseline", help="baseline run folder (default: results/baseline/<model.name>)")
     parser.add_argument("--out", help="trained run folder (default: results/evaluate/<model.name>)")
@@ -125,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
             sys.stdout.write(format_table(read_comparison(args.table)) + "\n")
             return 0
         if args.settings:
-            from olmpipe.baseline import config_from_settings
+            from olmpipe.eval_run import config_from_settings
 
             cfg = config_from_settings(args.settings)
         else:
@@ -133,19 +109,17 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, ComparisonError) as exc:
         log.error("%s", exc)
         return 2 if isinstance(exc, ConfigError) else 1
-    name = cfg["model"]["name"]
-    baseline_dir = args.baseline or f"results/baseline/{name}"
-    out_dir = args.out or f"results/evaluate/{name}"
+    baseline_dir = args.baseline or baseline_run_dir(cfg)
+    out_dir = args.out or evaluate_run_dir(cfg)
     try:
         if not args.compare_only:
-            from olmpipe.baseline import BaselineError
-            from olmpipe.generate import GenerationError
+            from olmpipe.eval_run import run_logged
 
-            try:
-                generate_trained(cfg, args.model, args.pages, args.tests, out_dir, args.threads)
-            except (BaselineError, GenerationError) as exc:
-                log.error("%s", exc)
-                return 1
+            code = run_logged(
+                cfg, args.model, args.pages, args.tests, out_dir, args.threads, model_name=trained_name(cfg)
+            )
+            if code:
+                return code
             if args.generate_only:
                 return 0
         comparison = compare_folders(cfg, baseline_dir, out_dir, args.json, args.csv)

@@ -375,8 +375,8 @@ def memory_plan(cfg: Mapping[str, Any], shape: ModelShape, gpus: int | None = No
 
 
 def model_for_plan(cfg: Mapping[str, Any], model: str | Path | None = None) -> str:
-    """The model the plan reads: ``model``, else the stages' (:func:`olmpipe.workflow.model_dir`)."""
-    from olmpipe.workflow import model_dir
+    """The model the plan reads: ``model``, else the stages' (:func:`olmpipe.layout.model_dir`)."""
+    from olmpipe.layout import model_dir
 
     return str(model) if model is not None else model_dir(cfg)
 

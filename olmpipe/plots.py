@@ -23,7 +23,7 @@ from typing import Any
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from olmpipe.jsonl import iter_jsonl
+from olmpipe.records.metrics import read_metrics
 
 log = logging.getLogger(__name__)
 
@@ -48,8 +48,10 @@ def read_reward_curve(path: str | Path, keys: Sequence[str] = REWARD_KEYS) -> li
 
     Lines without such a value (evaluation or end-of-training logs) are skipped.
     """
+    if not Path(path).exists():
+        raise PlotError(f"{path}: file not found")
     points = []
-    for _, rec in iter_jsonl(path, error=PlotError):
+    for rec in read_metrics(path, error=PlotError):
         step = next((rec[k] for k in STEP_KEYS if isinstance(rec.get(k), (int, float))), None)
         value = next((rec[k] for k in keys if isinstance(rec.get(k), (int, float))), None)
         if step is not None and value is not None and math.isfinite(value):

@@ -20,7 +20,6 @@ A corrupt, encrypted, empty (0-byte) or zero-page PDF raises :class:`RasterizeEr
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import logging
 import math
@@ -35,6 +34,8 @@ from pathlib import Path
 from typing import Literal
 
 import pypdfium2 as pdfium
+
+from olmpipe.records.files import file_sha256, write_json, write_jsonl
 
 logger = logging.getLogger(__name__)
 
@@ -89,15 +90,6 @@ class PdfManifest:
     def from_dict(cls, data: dict) -> PdfManifest:
         pages = [PageImage(**p) for p in data.get("pages", [])]
         return cls(**{**data, "pages": pages})
-
-
-def file_sha256(path: str | Path) -> str:
-    """Hex sha256 of a file, read in 1 MiB blocks."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def scale_for(width_pt: float, height_pt: float, longest_side: int) -> float:
@@ -202,7 +194,7 @@ def rasterize_pdf(
     for stale in out_dir.glob("pg*.png"):
         if stale.name not in current:
             stale.unlink()
-    _write_json(out_dir / MANIFEST_NAME, manifest.to_dict())
+    write_json(out_dir / MANIFEST_NAME, manifest.to_dict(), indent=1, sort_keys=True)
     logger.info("%s: %s, %d page(s) at longest side %d", pdf_id, manifest.status, len(manifest.pages),
                 longest_side)
     return manifest
@@ -238,12 +230,6 @@ def _render_all(doc: pdfium.PdfDocument, pdf_path: Path, out_dir: Path, longest_
     return pages
 
 
-def _write_json(path: Path, data: dict) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n", encoding="utf-8")
-    tmp.replace(path)
-
-
 def read_manifest(page_dir: str | Path) -> PdfManifest:
     """Read the ``manifest.json`` of one rendered PDF folder."""
     path = Path(page_dir) / MANIFEST_NAME
@@ -254,10 +240,7 @@ def read_manifest(page_dir: str | Path) -> PdfManifest:
 def merge_manifests(page_dirs: list[str | Path], out_path: str | Path) -> list[PdfManifest]:
     """Join the per-PDF manifests of ``page_dirs`` into one JSONL file (one line per PDF, sorted)."""
     manifests = sorted((read_manifest(d) for d in page_dirs), key=lambda m: m.pdf)
-    out_path = Path(out_path)
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(out_path, "w", encoding="utf-8") as fh:
-        fh.writelines(json.dumps(manifest.to_dict(), sort_keys=True) + "\n" for manifest in manifests)
+    write_jsonl(out_path, (manifest.to_dict() for manifest in manifests), sort_keys=True, ensure_ascii=True)
     skipped = [m.pdf for m in manifests if m.status != "ok"]
     logger.info("merged %d manifests (%d pages, %d skipped PDFs%s) into %s", len(manifests),
                 sum(len(m.pages) for m in manifests), len(skipped),
@@ -357,7 +340,7 @@ def rasterize_pdfs(
 
 def bench_jobs(bench_dir: str | Path, pages_root: str | Path) -> list[PdfJob]:
     """One :class:`PdfJob` per PDF of a bench folder, its pages under ``pages_root/<stem>/``."""
-    from olmpipe.workflow import clean_dir, page_dir_for, pdf_files, pdf_path_for
+    from olmpipe.layout import clean_dir, page_dir_for, pdf_files, pdf_path_for
 
     return [PdfJob(pdf_path_for(bench_dir, stem, pdf_id), pdf_id, str(page_dir_for(stem, root=pages_root)),
                    clean_dir(bench_dir))
@@ -371,11 +354,11 @@ def rasterize_bench(
 
     The same layout, code version and reuse as the Snakemake rule ``rasterize``, without Snakemake.
     """
-    from olmpipe.workflow import RASTERIZE_CODE, code_version
+    from olmpipe.codeversion import rule_code_version
 
     out_dir = Path(out_dir)
     jobs = bench_jobs(bench_dir, out_dir / "pages")
-    rasterize_pdfs(jobs, longest_side=longest_side, on_error=on_error, code=code_version(*RASTERIZE_CODE),
+    rasterize_pdfs(jobs, longest_side=longest_side, on_error=on_error, code=rule_code_version("rasterize"),
                    workers=workers)
     return merge_manifests([job.out_dir for job in jobs], out_dir / "manifest.jsonl")
 
@@ -383,7 +366,7 @@ def rasterize_bench(
 def main(argv: list[str] | None = None) -> int:
     """Command line: render a bench folder (all PDFs, or those given with ``--pdf``)."""
     from olmpipe.config import ConfigError, load_config
-    from olmpipe.workflow import BenchLayoutError
+    from olmpipe.layout import BenchLayoutError
 
     parser = argparse.ArgumentParser(prog="olmpipe rasterize", description=__doc__.split("\n\n")[0])
     parser.add_argument("bench_dir", nargs="?", help="bench folder (default: bench.dir of the config)")

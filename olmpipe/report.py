@@ -31,13 +31,14 @@ from typing import Any
 
 import yaml
 
-from olmpipe.compare import ComparisonError, load_generations, read_comparison
+from olmpipe.bench.describe import describe_tests
+from olmpipe.compare import ComparisonError, read_comparison
+from olmpipe.records.generations import GENERATIONS_NAME, read_generations
+from olmpipe.records.pages import read_page_index
 from olmpipe.report_html import CSS, PAGE_TEMPLATE
 
 log = logging.getLogger(__name__)
 
-#: Package code whose edits rerun the plots and the HTML page (rules ``report_plots``, ``report_html``).
-REPORT_CODE = ("olmpipe.report", "olmpipe.report_html", "olmpipe.plots")
 SOFTWARE = ("olmpipe", "torch", "transformers", "trl", "accelerate", "snakemake", "vllm", "pypdfium2",
             "numpy", "matplotlib", "rapidfuzz")  # fmt: skip
 PLOT_CAPTIONS = {
@@ -103,33 +104,6 @@ def embed_png(path: str | Path, width: int | None = None) -> str:
                 img.save(buf, format="PNG", optimize=True)
                 data = buf.getvalue()
     return "data:image/png;base64," + base64.b64encode(data).decode("ascii")
-
-
-def describe_tests(tests_dir: str | Path | None) -> dict[str, str]:
-    """Test id -> a short description of what the test checks, from the validated test files."""
-    out: dict[str, str] = {}
-    if tests_dir is None or not Path(tests_dir).is_dir():
-        return out
-    for path in sorted(Path(tests_dir).glob("*.jsonl")):
-        for line in path.read_text(encoding="utf-8").splitlines():
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError:
-                continue  # validated files are clean; a bad line only loses its description
-            if not isinstance(rec, dict) or "id" not in rec:
-                continue
-            if rec.get("type") == "order":
-                text = f"{rec.get('before')!r} before {rec.get('after')!r}"
-            elif rec.get("type") == "table":
-                keys = ("up", "down", "left", "right", "top_heading", "left_heading")
-                extra = [f"{k}={rec[k]!r}" for k in keys if rec.get(k)]
-                text = " ".join([f"cell {rec.get('cell')!r}", *extra])
-            elif rec.get("type") == "baseline":
-                text = f"plain text, max_length={rec.get('max_length')}"
-            else:
-                text = repr(rec.get("text", rec.get("math", "")))
-            out[str(rec["id"])] = text if len(text) <= 160 else text[:157] + "..."
-    return out
 
 
 def _pct(x: float | None, signed: bool = False) -> str:
@@ -222,7 +196,7 @@ def _generation_section(baseline_dir: str | Path | None, trained_dir: str | Path
     kept answers made from a rotated image (by angle), last valid answers kept although their
     rotation flag stayed false, and fallback pages (scored with the fallback text).
     """
-    from olmpipe.baseline import read_pipeline_counts
+    from olmpipe.eval_run import read_pipeline_counts
 
     runs = [("baseline", baseline_dir), ("trained", trained_dir)]
     counts = [(name, read_pipeline_counts(d) if d else None) for name, d in runs]
@@ -247,25 +221,21 @@ def _generation_section(baseline_dir: str | Path | None, trained_dir: str | Path
 
 def _first_texts(run_dir: str | Path | None) -> dict[tuple[str, int], tuple[str, int]]:
     """(pdf, page) -> (text of the lowest repeat, number of repeats) of a run's generations."""
-    if run_dir is None or not (Path(run_dir) / "generations.jsonl").is_file():
+    if run_dir is None or not (Path(run_dir) / GENERATIONS_NAME).is_file():
         return {}
     out: dict[tuple[str, int], tuple[int, str, int]] = {}
-    for g in load_generations(Path(run_dir) / "generations.jsonl"):
-        key = (g.pdf, g.page)
-        repeat, text, n = out.get(key, (g.repeat, g.text, 0))
-        out[key] = (repeat, text, n + 1) if repeat <= g.repeat else (g.repeat, g.text, n + 1)
+    for g in read_generations(Path(run_dir) / GENERATIONS_NAME, error=ComparisonError):
+        key, g_repeat, g_text = (str(g["pdf"]), int(g["page"])), int(g["repeat"]), str(g["text"] or "")
+        repeat, text, n = out.get(key, (g_repeat, g_text, 0))
+        out[key] = (repeat, text, n + 1) if repeat <= g_repeat else (g_repeat, g_text, n + 1)
     return {k: (text, n) for k, (_, text, n) in out.items()}
 
 
 def _page_images(pages_index: str | Path | None) -> dict[tuple[str, int], str]:
     if pages_index is None or not Path(pages_index).is_file():
         return {}
-    out = {}
-    for line in Path(pages_index).read_text(encoding="utf-8").splitlines():
-        if line.strip():
-            rec = json.loads(line)
-            out[(rec["pdf"], int(rec["page"]))] = rec["image"]
-    return out
+    records = read_page_index(pages_index, required=("pdf", "page", "image"), error=ComparisonError)
+    return {(str(rec["pdf"]), int(rec["page"])): str(rec["image"]) for rec in records}
 
 
 def _text_block(text: str | None, repeats: int, max_chars: int) -> str:

@@ -13,7 +13,7 @@ pandas expression rather than a loop over JSON lines::
 ``train/seed<n>/`` (metrics, completions; column ``seed``) and ``evaluate/comparison.json``. Each
 table is read when first used; a stage that has not run gives an empty table. The single-file
 readers (:func:`read_verdicts`, ...) take one run folder or file. A malformed line raises
-``ValueError`` naming the file and line (:func:`olmpipe.jsonl.iter_jsonl`).
+``ValueError`` naming the file and line; every file is read through its owner in :mod:`olmpipe.records`.
 """
 
 from __future__ import annotations
@@ -24,38 +24,33 @@ from pathlib import Path
 
 import pandas as pd
 
-from olmpipe.jsonl import iter_jsonl
+from olmpipe.records import completions, generations, metrics, verdicts
+from olmpipe.records.comparison import COMPARISON_JSON_NAME
+from olmpipe.records.comparison import read_comparison as read_comparison_json
 
-VERDICT_COLUMNS = ["test_id", "type", "jsonl", "pdf", "page", "repeat", "passed", "reason"]
-COMPLETIONS_DIR = "completions"
-METRICS_JSONL = "metrics.jsonl"  # olmpipe.train.callbacks.METRICS_JSONL
 _SEED_DIR = re.compile(r"^seed(\d+)$")
-
-
-def _records(path: Path) -> list[dict]:
-    return [record for _, record in iter_jsonl(path)]
 
 
 def read_verdicts(run_dir: str | Path) -> pd.DataFrame:
     """``verdicts.jsonl`` of a scored run folder: one row per test and repeat (``passed`` is bool)."""
-    frame = pd.DataFrame.from_records(_records(Path(run_dir) / "verdicts.jsonl"))
-    return frame.reindex(columns=[*VERDICT_COLUMNS, *[c for c in frame.columns if c not in VERDICT_COLUMNS]])
+    rows = [row for _, row in verdicts.read_verdicts(Path(run_dir) / verdicts.VERDICTS_NAME)]
+    frame = pd.DataFrame.from_records(rows)
+    columns = list(verdicts.VERDICT_COLUMNS)
+    return frame.reindex(columns=[*columns, *[c for c in frame.columns if c not in columns]])
 
 
 def read_generations(run_dir: str | Path) -> pd.DataFrame:
     """``generations.jsonl`` of a run folder: one row per (pdf, page, repeat); nested fields stay dicts/lists."""
-    return pd.DataFrame.from_records(_records(Path(run_dir) / "generations.jsonl"))
+    return pd.DataFrame.from_records(generations.read_generations(Path(run_dir) / generations.GENERATIONS_NAME))
 
 
 def read_metrics(train_dir: str | Path) -> pd.DataFrame:
     """``metrics.jsonl`` of a training run folder (``results/train/seed<n>/``): one row per logged step.
 
-    The rows ``olmpipe.train.callbacks.read_metrics`` returns, read here with the shared JSONL
-    reader (line numbers in errors) and without importing transformers, which that module needs.
     Empty when the file does not exist yet (a run before its first logged step).
     """
-    path = Path(train_dir) / METRICS_JSONL
-    return pd.DataFrame.from_records(_records(path)) if path.exists() else pd.DataFrame()
+    rows = metrics.read_metrics(Path(train_dir) / metrics.METRICS_JSONL)
+    return pd.DataFrame.from_records(rows) if rows else pd.DataFrame()
 
 
 def read_completions(train_dir: str | Path) -> pd.DataFrame:
@@ -64,8 +59,7 @@ def read_completions(train_dir: str | Path) -> pd.DataFrame:
     One row per completion: ``step``, ``page`` (``<pdf>#<page>``), ``completion``, ``advantage``,
     one ``rewards/<name>`` column per reward function and ``verdicts`` (a list of dicts).
     """
-    records = [record for path in sorted((Path(train_dir) / COMPLETIONS_DIR).glob("step*.jsonl"))
-               for record in _records(path)]
+    records = completions.read_completions(train_dir)
     if not records:
         return pd.DataFrame()
     return pd.json_normalize(records, sep="/", max_level=1)
@@ -74,11 +68,10 @@ def read_completions(train_dir: str | Path) -> pd.DataFrame:
 def read_comparison(path: str | Path) -> pd.DataFrame:
     """The score rows of ``comparison.json`` (overall, per type, per JSONL file), as ``comparison.csv`` holds them.
 
-    ``olmpipe.compare.read_comparison`` returns the whole file (per-test and per-page tables, guards).
+    :func:`olmpipe.records.comparison.read_comparison` returns the whole file (per-test and
+    per-page tables, guards).
     """
-    from olmpipe.compare import read_comparison as read_json
-
-    return pd.DataFrame.from_records(read_json(path)["rows"])
+    return pd.DataFrame.from_records(read_comparison_json(path)["rows"])
 
 
 def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
@@ -97,7 +90,7 @@ class Results:
     def scored_runs(self) -> list[tuple[str, str, Path]]:
         """(stage, model, folder) of every scored run: ``baseline/<model>/`` and ``evaluate/<model>/``."""
         return [(stage, folder.name, folder) for stage in ("baseline", "evaluate")
-                for folder in sorted((self.root / stage).glob("*/verdicts.jsonl"))
+                for folder in sorted((self.root / stage).glob(f"*/{verdicts.VERDICTS_NAME}"))
                 for folder in [folder.parent]]
 
     def train_runs(self) -> list[tuple[int, Path]]:
@@ -117,7 +110,7 @@ class Results:
     @cached_property
     def generations(self) -> pd.DataFrame:
         """Every generation of every scored run, with ``stage`` and ``model``."""
-        return self._scored(lambda folder: read_generations(folder) if (folder / "generations.jsonl").exists()
+        return self._scored(lambda folder: read_generations(folder) if (folder / generations.GENERATIONS_NAME).exists()
                             else pd.DataFrame())
 
     @cached_property
@@ -133,7 +126,7 @@ class Results:
     @cached_property
     def comparison(self) -> pd.DataFrame:
         """The trained-vs-baseline score rows (empty before the evaluate stage)."""
-        path = self.root / "evaluate" / "comparison.json"
+        path = self.root / "evaluate" / COMPARISON_JSON_NAME
         return read_comparison(path) if path.exists() else pd.DataFrame()
 
 

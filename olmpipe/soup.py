@@ -23,6 +23,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from olmpipe.records.files import publish_dir, staging_dir, write_json
+
 logger = logging.getLogger(__name__)
 
 SINGLE = "model.safetensors"
@@ -93,15 +95,14 @@ def soup(model_dirs: Sequence[str | Path], out_dir: str | Path, *, dtype: str = 
     if not dirs:
         raise SoupError("soup needs at least one model folder")
     out_dir = Path(out_dir)
-    tmp = out_dir.with_name(out_dir.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
+    tmp = staging_dir(out_dir)
     maps = [weight_map(d) for d in dirs]
     if len(dirs) == 1 and dtype == "source":
         _copy_tree(dirs[0], tmp)
     else:
         _check_same_tensors(dirs, maps)
         weight_files = set(maps[0].values()) | ({INDEX} if (dirs[0] / INDEX).exists() else set())
+        # not the first seed's own records (olmpipe.train.run: its summary and its metrics copy)
         _copy_tree(dirs[0], tmp, skip=weight_files | {"olmpipe_train.json"})
         handles = {}
         try:
@@ -130,12 +131,8 @@ def soup(model_dirs: Sequence[str | Path], out_dir: str | Path, *, dtype: str = 
             handles.clear()
         if (dirs[0] / INDEX).exists():
             _write_index(tmp, dirs[0])
-    (tmp / "olmpipe_soup.json").write_text(
-        json.dumps({"inputs": [str(d) for d in dirs], "dtype": dtype, "method": "float32 mean"}, indent=2) + "\n",
-        encoding="utf-8",
-    )
-    shutil.rmtree(out_dir, ignore_errors=True)
-    os.replace(tmp, out_dir)
+    write_json(tmp / "olmpipe_soup.json", {"inputs": [str(d) for d in dirs], "dtype": dtype, "method": "float32 mean"})
+    publish_dir(tmp, out_dir)
     return out_dir
 
 

@@ -3,16 +3,14 @@
 It lets a new user run the whole chain (generation, GRPO, souping, evaluation) on a laptop with no
 GPU and no network before pointing the workflow at a real 7B checkpoint. The model is built from
 the same classes as Qwen2.5-VL-7B, saved as an ordinary Hugging Face folder, and loaded back by
-:func:`load_model_and_processor`, the same function that loads a real model folder.
+:func:`olmpipe.modelload.load_model_and_processor`, the same function that loads a real model folder.
 
     python -m olmpipe.tinymodel results/model/tiny --seed 0 --hidden-size 64
 
 Facts this module works around (transformers 5.x on a CPU-only torch without torchvision):
-- the stock Qwen2.5-VL processor requires a video processor, which needs torchvision; the
-  :class:`ImageOnlyQwen25VLProcessor` subclass takes none and uses the PIL image processor. It
-  saves itself as the stock processor (``processor_class: Qwen2_5_VLProcessor`` with a video
-  processor section), so that vLLM, whose Qwen2.5-VL code loads the full processor through
-  ``AutoProcessor``, can load the folder where torchvision is installed (docs/vllm.md);
+- the stock Qwen2.5-VL processor requires a video processor, which needs torchvision; the tiny
+  model is saved with the image-only processor of :mod:`olmpipe.modelload`, which takes none and
+  saves itself as the stock processor, so that vLLM can load the folder (docs/vllm.md);
 - the model config's image/video/vision token ids must equal the tokenizer's ids;
 - the text model's ``mrope_section`` must sum to ``head_dim / 2``;
 - the vision tower's ``out_hidden_size`` must equal the text hidden size;
@@ -31,7 +29,8 @@ import random
 import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+
+from olmpipe.modelload import CHAT_TEMPLATE, image_only_processor_class
 
 logger = logging.getLogger(__name__)
 
@@ -53,21 +52,6 @@ SPECIAL_TOKENS = (
     "<|video_pad|>",
 )
 
-# A Qwen2-VL style chat template: string or list content, images as vision placeholders.
-CHAT_TEMPLATE = (
-    "{% for message in messages %}"
-    "<|im_start|>{{ message['role'] }}\n"
-    "{% if message['content'] is string %}{{ message['content'] }}"
-    "{% else %}{% for part in message['content'] %}"
-    "{% if part['type'] == 'image' or 'image' in part or 'image_url' in part %}"
-    "<|vision_start|><|image_pad|><|vision_end|>"
-    "{% elif part['type'] == 'text' %}{{ part['text'] }}{% endif %}"
-    "{% endfor %}{% endif %}"
-    "<|im_end|>\n"
-    "{% endfor %}"
-    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
-)
-
 # Image budget of the tiny model's processor: pages are resized to at most this many pixels, so a
 # 1288 px page becomes ~64 vision tokens and a GRPO step stays around a second on one CPU thread.
 TINY_MAX_PIXELS = 256 * 28 * 28 // 4
@@ -75,26 +59,6 @@ TINY_MIN_PIXELS = 16 * 28 * 28
 
 # Head size of the text model's attention: one vLLM's CPU attention supports (it rejects 16).
 TEXT_HEAD_DIM = 64
-
-# The video section of the saved processor (transformers' Qwen2VLVideoProcessor defaults of
-# Qwen2.5-VL-7B-Instruct's video_preprocessor_config.json). The tiny model never sees videos, but
-# the stock processor, which vLLM loads, cannot be built without one.
-VIDEO_PROCESSOR = {
-    "video_processor_type": "Qwen2VLVideoProcessor",
-    "do_convert_rgb": True,
-    "do_normalize": True,
-    "do_rescale": True,
-    "do_resize": True,
-    "image_mean": [0.48145466, 0.4578275, 0.40821073],
-    "image_std": [0.26862954, 0.26130258, 0.27577711],
-    "merge_size": 2,
-    "patch_size": 14,
-    "temporal_patch_size": 2,
-    "rescale_factor": 0.00392156862745098,
-    "size": {"longest_edge": 12845056, "shortest_edge": 3136},
-    "resample": 3,
-}
-
 
 @dataclass(frozen=True)
 class TinySpec:
@@ -164,49 +128,6 @@ def build_tokenizer(spec: TinySpec, extra_texts: list[str] | None = None):
     )
     fast.chat_template = CHAT_TEMPLATE
     return fast
-
-
-def _processor_class():
-    from transformers import ProcessorMixin
-    from transformers.models.qwen2_5_vl.processing_qwen2_5_vl import Qwen2_5_VLProcessor
-
-    class ImageOnlyQwen25VLProcessor(Qwen2_5_VLProcessor):
-        """Qwen2.5-VL processor without a video processor (so no torchvision is needed)."""
-
-        def __init__(self, image_processor=None, tokenizer=None, chat_template=None, **kwargs):
-            self.image_token = "<|image_pad|>"
-            self.video_token = "<|video_pad|>"
-            self.image_token_id = tokenizer.convert_tokens_to_ids(self.image_token)
-            self.video_token_id = tokenizer.convert_tokens_to_ids(self.video_token)
-            ProcessorMixin.__init__(self, image_processor, tokenizer, chat_template=chat_template)
-
-        def to_dict(self):
-            """Saved as the stock processor (with a video section) so stock loaders (vLLM) read it."""
-            out = super().to_dict()
-            out["processor_class"] = "Qwen2_5_VLProcessor"
-            out.setdefault("video_processor", dict(VIDEO_PROCESSOR))
-            return out
-
-        def save_pretrained(self, save_directory, *args, **kwargs):
-            """Save as :class:`Qwen2_5_VLProcessor` would, tokenizer config included."""
-            saved = super().save_pretrained(save_directory, *args, **kwargs)
-            tok_config = Path(save_directory) / "tokenizer_config.json"
-            if tok_config.exists():
-                data = json.loads(tok_config.read_text(encoding="utf-8"))
-                if data.get("processor_class") == type(self).__name__:
-                    data["processor_class"] = "Qwen2_5_VLProcessor"
-                    tok_config.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n",
-                                          encoding="utf-8")
-            return saved
-
-    return ImageOnlyQwen25VLProcessor
-
-
-def image_only_processor_class():
-    """The processor class used when the stock one cannot be built (no torchvision)."""
-    cls = _processor_class()
-    cls.__module__ = __name__
-    return cls
 
 
 def build_processor(tokenizer, max_pixels: int = TINY_MAX_PIXELS, min_pixels: int = TINY_MIN_PIXELS):
@@ -313,50 +234,6 @@ def build_tiny_model(
     n_params = sum(p.numel() for p in model.parameters())
     logger.info("built tiny Qwen2.5-VL (%d parameters) in %s", n_params, out)
     return out
-
-
-def load_processor(path: str | Path):
-    """Load the processor of a model folder or hub id.
-
-    Tries the stock ``AutoProcessor`` first (real checkpoints on a machine with torchvision), then
-    the image-only processor, which needs no torchvision.
-    """
-    from transformers import AutoProcessor, AutoTokenizer
-    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
-
-    path = str(path)
-    if not (Path(path) / "olmpipe_tiny.json").exists():
-        try:
-            return AutoProcessor.from_pretrained(path)
-        except (ImportError, ValueError, TypeError, OSError) as exc:
-            logger.info("stock processor unavailable for %s (%s); using the image-only processor", path, exc)
-    tokenizer = AutoTokenizer.from_pretrained(path)
-    image_processor = Qwen2VLImageProcessorPil.from_pretrained(path)
-    chat_template = getattr(tokenizer, "chat_template", None) or CHAT_TEMPLATE
-    template_file = Path(path) / "chat_template.jinja"
-    if template_file.exists():
-        chat_template = template_file.read_text(encoding="utf-8")
-    return image_only_processor_class()(image_processor=image_processor, tokenizer=tokenizer,
-                                        chat_template=chat_template)
-
-
-def load_model_and_processor(path: str | Path, *, dtype: Any = None, device: Any = None):
-    """Load a Qwen2.5-VL model folder (the embedded tiny one or a real checkpoint) and its processor.
-
-    ``dtype`` is a torch dtype or its name (``"bfloat16"``); default float32 on CPU, bfloat16 on GPU.
-    """
-    import torch
-    from transformers import Qwen2_5_VLForConditionalGeneration
-
-    if device is None:
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    if dtype is None:
-        dtype = torch.bfloat16 if str(device).startswith("cuda") else torch.float32
-    elif isinstance(dtype, str):
-        dtype = getattr(torch, dtype)
-    model = Qwen2_5_VLForConditionalGeneration.from_pretrained(str(path), dtype=dtype).to(device)
-    model.eval()
-    return model, load_processor(path)
 
 
 def main(argv: list[str] | None = None) -> int:

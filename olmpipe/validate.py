@@ -40,9 +40,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, Literal
 
+from olmpipe.layout import Bench, bench_test_files, benches, clean_dir
 from olmpipe.rasterize import PdfManifest, read_merged_manifest
+from olmpipe.records.pages import PAGE_INDEX_NAME, PageEntry, write_page_index
 from olmpipe.split import split_pdfs
-from olmpipe.workflow import Bench, bench_test_files, benches, clean_dir
 
 logger = logging.getLogger(__name__)
 
@@ -68,20 +69,6 @@ class Problem:
         where = self.file if self.line is None else f"{self.file}:{self.line}"
         who = f" test {self.test_id!r}:" if self.test_id else ""
         return f"{where}:{who} {self.reason}"
-
-
-@dataclass(frozen=True)
-class PageEntry:
-    """One line of ``pages.jsonl``: a rendered page, its split and the ids of its valid tests."""
-
-    pdf: str
-    page: int
-    image: str
-    split: Literal["train", "eval"]
-    bench_dir: str
-    test_ids: list[str]
-    jsonl_files: dict[str, str]
-    types: dict[str, str]
 
 
 @dataclass
@@ -356,12 +343,11 @@ def write_outputs(result: ValidationResult, *, tests_dir: str | Path, report_pat
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
         (staging / "report.json").write_text(json.dumps(result.report(settings), indent=1) + "\n", encoding="utf-8")
-        with open(staging / "pages.jsonl", "w", encoding="utf-8") as fh:
-            fh.writelines(json.dumps(asdict(page)) + "\n" for page in result.pages)
+        write_page_index(staging / PAGE_INDEX_NAME, result.pages)
         for target in (tests_dir, report_path, pages_path):
             target.parent.mkdir(parents=True, exist_ok=True)
         _move_into_place(staging, [(new_tests, tests_dir), (staging / "report.json", report_path),
-                                   (staging / "pages.jsonl", pages_path)])
+                                   (staging / PAGE_INDEX_NAME, pages_path)])
     except OSError as exc:
         if not isinstance(exc, _Stranded):  # else the previous outputs wait in the staging folder
             shutil.rmtree(staging, ignore_errors=True)

@@ -48,6 +48,19 @@ def test_page_text_caches_and_coerces():
     assert page.normalized is page.normalized and page.normalized_lower == "a b"
 
 
+def test_normalize_and_tables_do_not_import_each_others_users():
+    """normalize imports neither tables nor pagetext, not even lazily, and tables not pagetext: each
+    imported alone in a fresh interpreter leaves the modules above it unloaded (PageText imports both)."""
+    import subprocess
+
+    code = ("import sys, olmpipe.bench.normalize as n; assert not {'olmpipe.bench.tables', 'olmpipe.bench.pagetext'} "
+            "& set(sys.modules), sorted(sys.modules)\n"
+            "import olmpipe.bench.tables; assert 'olmpipe.bench.pagetext' not in sys.modules\n"
+            "import inspect; assert 'PageText' not in vars(n) and 'bench.tables' not in inspect.getsource(n)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
 # ------------------------------------------------------------------------------- present/absent
 def test_present_absent_fuzzy_threshold():
     assert verdict("The quick brown fox.", text="quick brown").passed
@@ -202,7 +215,7 @@ def test_run_tests_order_types_and_micro_macro():
 
 
 def test_run_tests_normalizes_once(monkeypatch):
-    import olmpipe.bench.normalize as norm
+    import olmpipe.bench.pagetext as norm  # where PageText normalizes the page
 
     calls = []
     real = norm.normalize_text

@@ -132,3 +132,14 @@ def test_config_error_in_snakemake_is_a_few_lines_naming_the_key(tmp_path):
     assert "config key rasterize/longest_side: -3 is less than the minimum of 16" in text
     assert "Failed validating" not in text and "'description'" not in text
     assert len(text.strip().splitlines()) <= 10, text
+
+
+def test_the_old_baseline_section_is_read_as_eval_run(caplog):
+    """`baseline:` was renamed `eval_run:` (it steers both generation runs); old configs still load."""
+    from olmpipe.config import validate_config
+
+    cfg = validate_config({"baseline": {"max_pages": 3}, "eval_run": {"progress": False}})
+    assert "baseline" not in cfg and cfg["eval_run"] == {"max_pages": 3, "progress": False, "resume": True}
+    assert "config section 'baseline' is now called 'eval_run'" in caplog.text
+    with pytest.raises(ConfigError, match="eval_run.max_pages"):
+        validate_config({"baseline": {"max_pages": 0}})

@@ -52,32 +52,23 @@ def test_main_reports_missing_inputs(tmp_path, caplog):
     assert evaluate.main(["--table", str(tmp_path / "none.json")]) == 1
 
 
-def test_generate_trained_uses_the_baseline_code_path(monkeypatch, tmp_path):
-    """The trained model goes through the baseline's own function, with the same config sections."""
-    import olmpipe.baseline
+def test_the_trained_model_goes_through_the_baseline_engine(monkeypatch, tmp_path):
+    """`--generate-only` runs olmpipe.eval_run's engine with the config's sections and the trained name."""
+    import olmpipe.eval_run
 
     calls = []
-    monkeypatch.setattr(olmpipe.baseline, "run_generation_and_scoring",
+    monkeypatch.setattr(olmpipe.eval_run, "run_generation_and_scoring",
                         lambda *a, **k: calls.append((a, k)) or "summary")  # fmt: skip
     cfg = load_config()
-    assert evaluate.generate_trained(cfg, "soup/model", "pages.jsonl", "tests", tmp_path, 3) == "summary"
+    argv = ["--generate-only", "--model", "soup/model", "--pages", "pages.jsonl", "--tests", "tests",
+            "--out", str(tmp_path), "--threads", "3"]
+    assert evaluate.main(argv) == 0
     ((args, kwargs),) = calls
-    assert args == (cfg, "soup/model", "pages.jsonl", "tests", tmp_path, 3)
+    assert args == (cfg, "soup/model", "pages.jsonl", "tests", str(tmp_path), 3)
     assert kwargs == {"model_name": evaluate.trained_name(cfg)}
 
+    def fail(*args, **kwargs):
+        raise olmpipe.eval_run.EvalRunError("bad page index")
 
-def test_generation_code_version_matches_the_baseline():
-    """Editing the baseline's generation code reruns both generation stages."""
-    from olmpipe.baseline import BASELINE_CODE
-
-    assert evaluate.GENERATE_CODE == BASELINE_CODE
-
-
-def test_stage_code_lists_resolve():
-    """Every module named in the rerun code lists of the evaluate and report rules exists."""
-    from olmpipe.report import REPORT_CODE
-    from olmpipe.workflow import code_version
-
-    lists = (evaluate.COMPARE_CODE, REPORT_CODE, evaluate.GENERATE_CODE)
-    versions = {code_version(*modules) for modules in lists}
-    assert len(versions) == 3
+    monkeypatch.setattr(olmpipe.eval_run, "run_generation_and_scoring", fail)
+    assert evaluate.main(argv) == 1

@@ -234,11 +234,11 @@ def test_engine_kwargs_follow_config():
 
 def test_workflow_settings_reach_the_stage_entry_points(tmp_path):
     """The generation rules pass their config sections as ``--settings`` JSON (shell:, not script:)."""
-    from olmpipe.baseline import config_from_settings
     from olmpipe.baseline import main as baseline_main
     from olmpipe.config import ConfigError
+    from olmpipe.eval_run import config_from_settings
 
-    cfg = config_from_settings(json.dumps({"generation": {"backend": "vllm", "repeats": 3}}), {"baseline": {}})
+    cfg = config_from_settings(json.dumps({"generation": {"backend": "vllm", "repeats": 3}}), {"eval_run": {}})
     assert cfg["generation"]["backend"] == "vllm" and cfg["generation"]["repeats"] == 3
     assert cfg["generation"]["vllm"]["cpu_kv_cache_gb"] == 1  # schema defaults fill the rest
     with pytest.raises(ConfigError, match="not valid JSON"):
@@ -298,7 +298,7 @@ def run_stage(stage, model, backend, out, seed=0):
     root, _ = stage
     settings = {
         "generation": {**REAL_GENERATION, "backend": backend, "seed": seed},
-        "baseline": {"resume": False, "progress": False},
+        "eval_run": {"resume": False, "progress": False},
     }
     cmd = [sys.executable, "-m", "olmpipe.baseline", "--settings", json.dumps(settings), "--model", str(model),
            "--pages", str(root / "pages.jsonl"), "--tests", str(root / "tests"), "--out", str(out),
@@ -374,7 +374,7 @@ def main(tiny, fixed):
         keep_cpu_linear_weights()
     from PIL import Image
     from vllm import LLM, SamplingParams
-    from olmpipe.tinymodel import load_model_and_processor
+    from olmpipe.modelload import load_model_and_processor
     # TRL 1.16's colocate engine (generation/vllm_generation.py), in one process
     llm = LLM(model=tiny, dtype="float32", enforce_eager=True, limit_mm_per_prompt={"image": 1, "video": 0},
               kv_cache_memory_bytes=2**29, max_model_len=4096, seed=0,

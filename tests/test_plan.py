@@ -76,7 +76,7 @@ def test_parameter_count_matches_transformers() -> None:
 
 def test_tiny_model_folder_config_is_read(tiny_model_dir) -> None:
     """A local folder's config.json (the embedded tiny model, tied embeddings) gives its real size."""
-    from olmpipe.tinymodel import load_model_and_processor
+    from olmpipe.modelload import load_model_and_processor
 
     model, _ = load_model_and_processor(tiny_model_dir)
     assert load_shape(tiny_model_dir).parameters() == sum(p.numel() for p in model.parameters())

@@ -84,6 +84,10 @@ def test_stages_that_have_not_run_give_empty_tables(tmp_path):
 
 
 def test_a_bad_line_names_the_file_and_line(tmp_path):
-    (tmp_path / "verdicts.jsonl").write_text('{"test_id": "a", "passed": true}\n{not json\n')
+    good = '{"test_id": "a", "type": "present", "jsonl": "x.jsonl", "pdf": "a.pdf", "page": 1, "repeat": 0, "passed": true}'
+    (tmp_path / "verdicts.jsonl").write_text(good + '\n{not json\n')
     with pytest.raises(ValueError, match=r"verdicts.jsonl:2: not valid JSON"):
+        read_verdicts(tmp_path)
+    (tmp_path / "verdicts.jsonl").write_text(good + '\n{"test_id": "b", "passed": true}\n')
+    with pytest.raises(ValueError, match=r"verdicts.jsonl:2: verdict lacks key\(s\) type, jsonl, pdf, page, repeat"):
         read_verdicts(tmp_path)

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from olmpipe.config import load_config
 from olmpipe.rewards import (
+    REWARD_NAMES,
     BenchReward,
     EditDistanceReward,
     EosReward,
@@ -169,6 +170,21 @@ def test_picklable_with_names():
         assert func.__name__.endswith("_reward") and pickle.loads(pickle.dumps(func)) is func
 
 
+def test_shared_pool_survives_pickling_and_stays_with_its_owner():
+    """Micro and macro pickled together still share one (not yet started) pool; closing the reward
+    that borrows it leaves it running, closing its owner stops it."""
+    micro = BenchReward(processes=0)
+    macro = BenchReward(average="macro", processes=0, share_scoring_with=micro)
+    pool = micro.scorer()
+    copy_micro, copy_macro = pickle.loads(pickle.dumps([micro, macro]))
+    assert copy_macro._pool is copy_micro._pool is not micro._pool and copy_micro._pool._scorer is None
+    macro.close()
+    assert micro.scorer() is pool
+    micro.close()
+    assert micro.scorer() is not pool
+    micro.close()
+
+
 def test_eos_reward():
     reward = EosReward([7, 9])
     assert reward(completions=["a", "b", "c", "d"], completion_ids=[[1, 7], [9], [1, 2], []]) == [1.0, 1.0, 0.0, 0.0]
@@ -234,6 +250,42 @@ def test_build_rewards_from_config():
     cfg["rewards"]["weights"] = {k: None for k in cfg["rewards"]["weights"]}
     with pytest.raises(ValueError, match="selects no reward"):
         build_rewards(cfg["rewards"])
+
+
+def test_every_registered_reward_builds_under_its_name():
+    """Each rewards.weights key builds the reward logged as <key>_reward, in registry order, with its
+    weight and config; an unknown key is named in the error."""
+    cfg = load_config()
+
+    class Tok:
+        eos_token_id = 3
+
+    assert REWARD_NAMES == tuple(cfg["rewards"]["weights"]) == ("bench", "bench_macro", "front_matter", "eos",
+                                                                "edit_distance", "element_count", "rect_tables",
+                                                                "medoid")
+    cfg["rewards"]["weights"] = {name: float(i) for i, name in enumerate(REWARD_NAMES)}
+    cfg["rewards"].update(max_chars=123, score_text="page_text")
+    cfg["rewards"]["bench"].update(types=["table"], jsonl_regex="data", processes=0, timeout_s=3, memory_mb=100)
+    rewards = build_rewards(cfg["rewards"], tokenizer=Tok(), extra_eos_ids=[4])
+    assert rewards.names == [f"{name}_reward" for name in REWARD_NAMES]
+    assert rewards.weights == [float(i) for i in range(len(REWARD_NAMES))]
+    micro, macro, front_matter, eos, edit, elements, rect, medoid = rewards.funcs
+    assert (micro.average, macro.average) == ("micro", "macro") and micro.log_details and not macro.log_details
+    for bench in (micro, macro):
+        assert (bench.types, bench.jsonl_regex, bench.score_text) == ({"table"}, "data", "page_text")
+        assert (bench.processes, bench.timeout_s, bench.memory_mb) == (0, 3.0, 100.0)
+    assert macro.scorer() is micro.scorer()
+    assert (front_matter, elements, rect) == (front_matter_reward, element_count_reward, rect_tables_reward)
+    assert eos.eos_token_ids == {3, 4} and edit.max_chars == medoid.max_chars == 123
+    rewards.close()
+    cfg["rewards"]["weights"]["eos"] = None
+    assert "eos_reward" not in build_rewards(cfg["rewards"]).names
+    cfg["rewards"]["weights"]["eos"] = 1.0
+    with pytest.raises(ValueError, match="no tokenizer"):
+        build_rewards(cfg["rewards"])
+    cfg["rewards"]["weights"]["bench_micro"] = 1.0
+    with pytest.raises(ValueError, match=r"unknown reward\(s\) \['bench_micro'\]"):
+        build_rewards(cfg["rewards"], tokenizer=Tok())
 
 
 def test_micro_and_macro_together_score_each_batch_once():

@@ -143,11 +143,14 @@ def test_slurm_profile_dry_run_sends_training_to_the_gpu_partition(tmp_path: Pat
 def test_gpu_rules_declare_gpu_resources_from_the_config() -> None:
     """The GPU-bound rules' resources come from config `resources:`; CPU rules ask for no GPU."""
     text = "\n".join(p.read_text() for p in sorted((REPO / "workflow/rules").glob("*.smk")))
-    for rule in ("baseline_generate", "evaluate_generate", "train_seed"):
+    for rule in ("baseline_generate", "train_seed"):
         body = text.split(f"rule {rule}:", 1)[1].split("\nrule ", 1)[0]
         resources = body.split("resources:", 1)[1]
         for name in ("gpu", "mem_mb", "runtime"):
             assert f'{name}=config["resources"]' in resources, f"{rule}: {name} not from config resources"
+    # evaluate_generate is baseline_generate with another model and run folder: same resources
+    use = text.split("use rule baseline_generate as evaluate_generate with:", 1)[1].split("\nrule ", 1)[0]
+    assert "resources:" not in use and "threads:" not in use
     for rule in ("rasterize", "validate", "build_model"):
         body = text.split(f"rule {rule}:", 1)[1].split("\nrule ", 1)[0]
         assert "gpu=" not in body and "gres=" not in body, rule

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 import torch
 from safetensors.torch import load_file
 
+from olmpipe.modelload import load_model_and_processor
 from olmpipe.soup import SoupError, main, soup, weight_map
-from olmpipe.tinymodel import build_tiny_model, load_model_and_processor
+from olmpipe.tinymodel import build_tiny_model
 
 
 @pytest.fixture(scope="module")
@@ -37,6 +39,17 @@ def test_soup_is_the_float32_mean_and_loads(tmp_path, seeds):
     assert model.config.text_config.hidden_size == 64 and processor is not None
     assert json.loads((out / "olmpipe_soup.json").read_text())["inputs"] == [str(p) for p in seeds]
     assert not (tmp_path / "soup.tmp").exists()
+
+
+def test_a_seeds_own_records_stay_out_of_the_soup(tmp_path, seeds):
+    """A final model folder of olmpipe.train carries its run's olmpipe_train.json; the soup lists its inputs instead."""
+    folders = []
+    for i, seed in enumerate(seeds):
+        folder = shutil.copytree(seed, tmp_path / f"seed{i}" / "model")
+        (folder / "olmpipe_train.json").write_text(f'{{"seed": {i}}}\n')
+        folders.append(folder)
+    out = soup(folders, tmp_path / "soup")
+    assert not (out / "olmpipe_train.json").exists() and (out / "tokenizer.json").exists()
 
 
 def test_one_seed_soup_is_that_model(tmp_path, seeds):

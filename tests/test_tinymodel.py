@@ -15,7 +15,7 @@ def test_builds_a_loadable_hf_folder(tiny_model_dir):
 
 
 def test_token_ids_agree_between_config_and_tokenizer(tiny_model_dir):
-    from olmpipe.tinymodel import load_model_and_processor
+    from olmpipe.modelload import load_model_and_processor
 
     model, processor = load_model_and_processor(tiny_model_dir)
     tok = processor.tokenizer
@@ -32,7 +32,7 @@ def test_token_ids_agree_between_config_and_tokenizer(tiny_model_dir):
 def test_generates_from_an_image_prompt(tiny_model_dir):
     from PIL import Image
 
-    from olmpipe.tinymodel import load_model_and_processor
+    from olmpipe.modelload import load_model_and_processor
 
     torch.set_num_threads(1)
     model, processor = load_model_and_processor(tiny_model_dir)

@@ -10,17 +10,16 @@ import pytest
 from trainkit import REPO, make_page_index
 
 from olmpipe.config import ConfigError, load_config
+from olmpipe.records.metrics import read_metrics, truncate_metrics
 from olmpipe.train.args import grpo_config, grpo_knobs, resolve_dtype
 from olmpipe.train.callbacks import (
     RUN_STATE_FILE,
     CompletionsTable,
     MetricsFiles,
-    read_metrics,
-    truncate_metrics,
 )
 from olmpipe.train.data import PageIndexError, build_examples, read_page_index, to_dataset
+from olmpipe.train.jobconfig import run_fingerprint, seed_config
 from olmpipe.train.run import checkpoints, resolve_resume
-from olmpipe.train.workflow import run_fingerprint, seed_config
 
 
 def test_examples_skip_and_count_pages_without_tests(tmp_path):

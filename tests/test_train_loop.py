@@ -16,7 +16,8 @@ import yaml
 from trainkit import LowIdReward, make_page_index
 
 from olmpipe.config import load_config
-from olmpipe.train.callbacks import EXIT_PREEMPTED, RUN_STATE_FILE, read_metrics
+from olmpipe.records.metrics import read_metrics
+from olmpipe.train.callbacks import EXIT_PREEMPTED, RUN_STATE_FILE
 from olmpipe.train.run import train_seed
 
 pytestmark = pytest.mark.slow
@@ -36,6 +37,9 @@ def test_full_run_with_configured_rewards(tmp_path, tiny_model_dir):
     assert train_seed(cfg, seed=3, model_path=tiny_model_dir, pages=pages, tests_dir=tests, run_dir=run) == 0
     assert (run / "model" / "config.json").exists() and (run / "model" / "olmpipe_train.json").exists()
     assert (run / "model" / "preprocessor_config.json").exists() or (run / "model" / "processor_config.json").exists()
+    # the declared metrics output of train_seed: a copy of the run's live file, made with the model
+    assert (run / "model.metrics.jsonl").read_bytes() == (run / "metrics.jsonl").read_bytes()
+    assert not (run / "model" / "metrics.jsonl").exists()  # the model folder holds the model only
     rows = read_metrics(run / "metrics.jsonl")
     assert [r["step"] for r in rows] == [1, 2, 3, 4]
     for key in ("rewards/bench_reward/mean", "rewards/front_matter_reward/mean", "rewards/eos_reward/mean",

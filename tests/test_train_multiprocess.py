@@ -21,7 +21,7 @@ from trainkit import make_page_index
 
 from olmpipe.launch import launch_command
 from olmpipe.procs import group_members
-from olmpipe.train.callbacks import read_metrics
+from olmpipe.records.metrics import read_metrics
 
 pytestmark = pytest.mark.slow
 
@@ -63,7 +63,7 @@ def test_two_processes_train_and_save_a_plain_model(strategy: str, tmp_path: Pat
     if strategy == "zero2":
         assert len(list(checkpoint.glob("global_step2/zero_pp_rank_*_optim_states.pt"))) == 2
 
-    from olmpipe.tinymodel import load_model_and_processor
+    from olmpipe.modelload import load_model_and_processor
 
     model, _ = load_model_and_processor(run / "model")
     base, _ = load_model_and_processor(tiny_model_dir)
@@ -118,8 +118,8 @@ def test_two_process_resume_equals_the_uninterrupted_run(tmp_path: Path, tiny_mo
         assert all(torch.equal(x[k], y[k]) for k in x), f"{name} differs after a 2-process resume"
     assert any(not torch.equal(base[k], x[k]) for k in x if k in base), "training did not move the weights"
     # two such seeds soup into a model that loads with from_pretrained and is their float32 mean
+    from olmpipe.modelload import load_model_and_processor
     from olmpipe.soup import soup
-    from olmpipe.tinymodel import load_model_and_processor
 
     other = tmp_path / "seed1"
     run(other, seed=1)

@@ -100,6 +100,7 @@ def test_a_checkpoint_at_max_steps_becomes_the_final_model(setup):
                       tests_dir=setup["tests"], run_dir=run, reward_funcs=[LowIdReward()]) == 0
     _assert_same(setup["full"][0] / "model", run / "model")
     assert json.loads((run / "model" / "olmpipe_train.json").read_text())["steps"] == 4
+    assert (run / "model.metrics.jsonl").read_bytes() == (run / "metrics.jsonl").read_bytes()
     assert sorted(p.name for p in run.glob("checkpoint-*")) == [f"checkpoint-{i}" for i in (1, 2, 3, 4)]
     assert max(json.loads(x)["step"] for x in (run / "metrics.jsonl").read_text().splitlines()) == 4
 

@@ -37,7 +37,7 @@ _EXPORTS = {
     "test_from_record": "olmpipe.bench.model",
     "baseline_tests_for": "olmpipe.bench.model",
     "normalize_text": "olmpipe.bench.normalize",
-    "PageText": "olmpipe.bench.normalize",
+    "PageText": "olmpipe.bench.pagetext",
     "Verdict": "olmpipe.bench.run",
     "run_tests": "olmpipe.bench.run",
     "micro_macro": "olmpipe.bench.run",

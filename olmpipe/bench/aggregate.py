@@ -20,7 +20,6 @@ can pick another page's file when the PDF name itself contains ``_pg<N>_``).
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -30,29 +29,13 @@ import numpy as np
 
 from olmpipe.bench.model import Test, TestLoadError, baseline_tests_for, load_tests
 from olmpipe.bench.run import run_tests
+from olmpipe.records.verdicts import CandidateVerdict
 
 BASELINE_JSONL = "baseline"
 MISSING_REASON = "Missing MD files"
 _REPEAT_FILE = re.compile(r"^(?P<stem>.+)_pg(?P<page>\d+)_repeat(?P<repeat>\d+)\.md$")
 
 TextKey = tuple[str, int, int]  # (pdf, page, repeat)
-
-
-@dataclass(frozen=True)
-class CandidateVerdict:
-    """One test on one repeat of its page (``repeat`` None when the page has no file)."""
-
-    test_id: str
-    type: str
-    jsonl: str
-    pdf: str
-    page: int
-    repeat: int | None
-    passed: bool
-    reason: str
-
-    def to_dict(self) -> dict:
-        return dict(vars(self))
 
 
 @dataclass
@@ -213,11 +196,3 @@ def read_candidate(folder: str | Path, pdfs: Iterable[str]) -> dict[TextKey, str
             continue
         texts[(by_stem[m["stem"]], int(m["page"]), int(m["repeat"]))] = f.read_bytes().decode("utf-8", "replace")
     return texts
-
-
-def write_verdicts(path: str | Path, verdicts: Iterable[CandidateVerdict], *, candidate: str | None = None) -> None:
-    """Write verdicts as JSON Lines (one record per test and repeat)."""
-    with open(path, "w", encoding="utf-8") as fh:
-        for v in verdicts:
-            rec = v.to_dict() if candidate is None else {"candidate": candidate, **v.to_dict()}
-            fh.write(json.dumps(rec, ensure_ascii=False) + "\n")

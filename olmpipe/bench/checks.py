@@ -1,7 +1,7 @@
 """The checks of the text test types (present, absent, order, baseline, format, footnote).
 
 Each ``check_<type>(test, page)`` takes a test from :mod:`olmpipe.bench.model` and a
-:class:`~olmpipe.bench.normalize.PageText` and returns ``(passed, reason)`` with the reference's
+:class:`~olmpipe.bench.pagetext.PageText` and returns ``(passed, reason)`` with the reference's
 verdict (olmocr 0.4.27 ``tests.py``; ``format``/``footnote`` from olmocr main). Table checks live in
 :mod:`olmpipe.bench.tables`; math goes to ``olmpipe.bench.mathtest``.
 

@@ -15,19 +15,18 @@ when agreement is below the acceptance bar (99.5% overall, 99% per type) or a re
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import sys
-from pathlib import Path
 
 from olmpipe.bench.aggregate import (
     CandidateScore,
     load_bench_dir,
     read_candidate,
     score_candidate,
-    write_verdicts,
 )
 from olmpipe.bench.model import TestLoadError
+from olmpipe.records.files import write_json, write_jsonl
+from olmpipe.records.verdicts import write_verdicts
 
 log = logging.getLogger(__name__)
 
@@ -89,16 +88,10 @@ def cmd_score(args: argparse.Namespace) -> int:
     for name, score in scores.items():
         _print_candidate(name, score)
     if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps({"candidates": {n: s.to_json() for n, s in scores.items()}},
-                                              indent=2) + "\n", encoding="utf-8")
+        write_json(args.json, {"candidates": {n: s.to_json() for n, s in scores.items()}})
     if args.failed_out:
-        Path(args.failed_out).parent.mkdir(parents=True, exist_ok=True)
-        with open(args.failed_out, "w", encoding="utf-8") as fh:
-            for name, score in scores.items():
-                for v in score.verdicts:
-                    if not v.passed:
-                        fh.write(json.dumps({"candidate": name, **v.to_dict()}, ensure_ascii=False) + "\n")
+        write_jsonl(args.failed_out, ({"candidate": name, **v.to_dict()}
+                                      for name, score in scores.items() for v in score.verdicts if not v.passed))
     if args.verdicts_out:
         if len(scores) != 1:
             sys.stderr.write("olmpipe bench score: --verdicts-out needs exactly one candidate\n")
@@ -137,7 +130,7 @@ def cmd_parity(args: argparse.Namespace) -> int:
         _out(f"skipped types: {', '.join(sorted(skip))}")
     _out(f"completions with a different micro/macro reward: {len(report.reward_mismatches)}")
     if args.json:
-        Path(args.json).write_text(json.dumps(report.to_dict(), indent=2) + "\n", encoding="utf-8")
+        write_json(args.json, report.to_dict())
     ok = (report.agreement >= PARITY_OVERALL and not report.reward_mismatches
           and all(report.type_agreement(t) >= PARITY_PER_TYPE for t in report.by_type))
     return 0 if ok else 1

@@ -1,4 +1,4 @@
-"""Text normalization of olmOCR-Bench and the per-page cache that applies it once.
+"""Text normalization of olmOCR-Bench, and the coercion of model output to text it starts from.
 
 The reference (olmocr 0.4.27, ``olmocr/bench/tests.py::normalize_text``) normalizes both the test
 strings (at load time) and the page text (once per test, at run time) with the same steps, in this
@@ -11,16 +11,16 @@ order:
 5. Unicode NFC;
 6. typographic quotes, dashes, the full-width low line and the micro sign become ASCII / mu.
 
-:class:`PageText` holds one completion's text and computes each derived form (normalized,
-lower-cased, parsed tables, ...) at most once, so that running ten tests on a page normalizes it
-once instead of ten times.
+:class:`olmpipe.bench.pagetext.PageText` applies it once per page and caches the result (with the
+page's parsed tables) for all tests of the page.
 """
 
 from __future__ import annotations
 
 import re
 import unicodedata
-from functools import cached_property
+
+from olmpipe.records.text import completion_text
 
 _BR = re.compile(r"<br/?>")
 _BOLD_STARS = re.compile(r"\*\*(.*?)\*\*")
@@ -99,54 +99,16 @@ def normalize_text(text: str | None) -> str | None:
 def coerce_text(text: object) -> str:
     """Turn whatever a model or a file produced into a ``str`` the checks can read.
 
-    ``None`` becomes ``""``; ``bytes`` are decoded as UTF-8 with replacement; a chat-style completion
-    (``[{"role": ..., "content": ...}]``) yields its first message's content, as the reference GRPO
-    reward does; anything else goes through ``str``.
+    Strings, ``None`` (``""``), bytes and chat-style completions (``[{"role": ..., "content": ...}]``)
+    go through :func:`olmpipe.records.text.completion_text`, the reduction the rewards use: the
+    messages' text joined, which for TRL's one-message completions is the first message's content,
+    as the reference GRPO reward reads it. Anything else goes through ``str``.
     """
     if isinstance(text, str):
         return text
-    if text is None:
+    out = completion_text(text)
+    if out is not None:
+        return out
+    if text is None or (isinstance(text, list) and text and isinstance(text[0], dict)):
         return ""
-    if isinstance(text, (bytes, bytearray)):
-        return bytes(text).decode("utf-8", errors="replace")
-    if isinstance(text, list) and text and isinstance(text[0], dict):
-        return coerce_text(text[0].get("content"))
     return str(text)
-
-
-class PageText:
-    """One completion's text with lazily computed, cached derived forms.
-
-    Every check reads the forms it needs from here, so each is computed at most once per page no
-    matter how many tests run on it.
-    """
-
-    def __init__(self, raw: object) -> None:
-        self.raw: str = coerce_text(raw)
-
-    @cached_property
-    def normalized(self) -> str:
-        """The page through :func:`normalize_text` (present/absent/order tests)."""
-        return normalize_text(self.raw)
-
-    @cached_property
-    def normalized_lower(self) -> str:
-        """:attr:`normalized`, lower-cased (case-insensitive present/absent tests)."""
-        return self.normalized.lower()
-
-    @cached_property
-    def tables(self):
-        """Markdown tables (see :mod:`olmpipe.bench.tables`), parsed once."""
-        from olmpipe.bench.tables import parse_markdown_tables
-
-        return parse_markdown_tables(self.raw)
-
-    @cached_property
-    def html_tables(self):
-        """HTML tables, parsed once; an exception the parser raises is kept and re-raised to each test."""
-        from olmpipe.bench.tables import parse_html_tables
-
-        try:
-            return parse_html_tables(self.raw)
-        except Exception as exc:  # noqa: BLE001 - the reference fails every table test of the page
-            return exc

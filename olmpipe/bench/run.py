@@ -1,6 +1,6 @@
 """Run a page's tests on one completion: :func:`run_tests` and the :class:`Verdict` it returns.
 
-The text is wrapped in a :class:`~olmpipe.bench.normalize.PageText` once per call, so the
+The text is wrapped in a :class:`~olmpipe.bench.pagetext.PageText` once per call, so the
 normalized text and parsed tables are shared by all tests of the page. A check that raises counts
 as a failed test (as in the reference benchmark and GRPO reward) with the exception in the reason;
 tests still pending when ``deadline`` (a ``time.monotonic()`` value) has passed fail with reason
@@ -15,7 +15,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from olmpipe.bench.checks import check_baseline, check_footnote, check_format, check_order, check_presence
-from olmpipe.bench.normalize import PageText
+from olmpipe.bench.pagetext import PageText
 from olmpipe.bench.tables import check_table
 
 log = logging.getLogger(__name__)

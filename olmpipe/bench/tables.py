@@ -1,7 +1,7 @@
 """Markdown and HTML table parsing and the ``table`` test, with olmocr 0.4.27's semantics.
 
 The reference parses the page's tables again for every table test; here a page's tables are parsed
-once (cached on :class:`~olmpipe.bench.normalize.PageText`) and their cells normalized once. Across
+once (cached on :class:`~olmpipe.bench.pagetext.PageText`) and their cells normalized once. Across
 pages, work is remembered per piece of markup, because the completions of a GRPO group repeat most
 of it: the parse of each markdown block and of each top-level HTML table's markup (bounded LRU
 caches of pure functions, :data:`TABLE_CACHE_SIZE`), each cell's normalization, and each test's
@@ -528,7 +528,7 @@ def _table_outcome(norm: dict, max_diffs: int, table: TableData) -> tuple[bool, 
 
 
 def check_table(test, page) -> tuple[bool, str]:
-    """Verdict of a ``table`` test on a :class:`~olmpipe.bench.normalize.PageText`.
+    """Verdict of a ``table`` test on a :class:`~olmpipe.bench.pagetext.PageText`.
 
     The reference scans the tables in order and passes at the first matching cell whose
     neighbours and headings match; each table's part of that scan is a pure function of the table

@@ -21,12 +21,12 @@ from olmpipe.generate.base import (
     Completion,
     GenerationBackend,
     GenerationError,
-    GenerationRecord,
     PageRequest,
     Sampling,
 )
 from olmpipe.generate.decoding import DecodingSettings, decode_batch, iter_generate, make_requests
 from olmpipe.generate.pipeline import PipelineMode, PipelineSettings
+from olmpipe.records.generations import GenerationRecord
 
 BACKENDS = ("transformers", "vllm", "openai")
 

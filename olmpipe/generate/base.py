@@ -12,10 +12,8 @@ temperature ladder, repeats, front matter parsing, failed pages) lives in
 from __future__ import annotations
 
 import abc
-import hashlib
 from collections.abc import Sequence
-from dataclasses import MISSING, asdict, dataclass, field, fields
-from typing import Any
+from dataclasses import dataclass
 
 #: Values of :attr:`Completion.finish_reason`.
 FINISH_STOP = "stop"
@@ -92,66 +90,6 @@ class Attempt:
     error: str | None = None
 
 
-@dataclass
-class GenerationRecord:
-    """One line of ``generations.jsonl``: the final answer for (pdf, page, repeat) and how it was obtained.
-
-    ``text`` is the page text (front matter removed), the content of the candidate ``.md`` file;
-    ``raw`` the model's full answer. ``failed`` is True when no attempt ended with EOS;
-    ``failure`` then says why: ``"no_eos"`` (every attempt hit the token limit; the text of the
-    last one is kept) or ``"error"`` (the last attempt failed in the backend; ``error`` says how);
-    the pipeline mode's fallback pages may also be ``"invalid"`` (answers ended with EOS but none
-    was usable).
-    ``settings`` is the fingerprint of the generation settings, used to resume only compatible work.
-    ``pipeline`` is set only in the pipeline-compatible mode (:mod:`olmpipe.generate.pipeline`):
-    outcome, rotation attempts, applied rotation, ``fallback``; without it the line is written
-    exactly as before the mode existed.
-    """
-
-    pdf: str
-    page: int
-    repeat: int
-    image: str
-    image_sha256: str
-    model: str
-    backend: str
-    prompt: str
-    settings: str
-    text: str
-    raw: str
-    front_matter: dict[str, Any] | None
-    front_matter_error: str | None
-    finish_reason: str
-    prompt_tokens: int
-    completion_tokens: int
-    seconds: float
-    attempts: list[dict[str, Any]] = field(default_factory=list)
-    failed: bool = False
-    failure: str | None = None
-    error: str | None = None
-    pipeline: dict[str, Any] | None = None
-
-    @property
-    def key(self) -> tuple[str, int, int]:
-        return (self.pdf, self.page, self.repeat)
-
-    def to_json(self) -> dict[str, Any]:
-        data = asdict(self)
-        if data["pipeline"] is None:
-            del data["pipeline"]  # records of the plain mode keep their original keys
-        return data
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> GenerationRecord:
-        """Rebuild a record from a ``generations.jsonl`` line; ``ValueError`` names missing fields."""
-        required = [f.name for f in fields(cls) if f.default is MISSING and f.default_factory is MISSING]
-        missing = [name for name in required if name not in data]
-        if missing:
-            raise ValueError(f"generation record misses {', '.join(missing)}")
-        names = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in names})
-
-
 class GenerationBackend(abc.ABC):
     """A model that answers page requests. Subclasses: transformers, vLLM, OpenAI-compatible server.
 
@@ -178,15 +116,6 @@ class GenerationBackend(abc.ABC):
 
     def close(self) -> None:
         """Release the model / engine / connections; the backend is unusable afterwards."""
-
-
-def file_sha256(path: str, length: int = 16) -> str:
-    """Short sha256 of a file's bytes (identifies the page image a generation was made from)."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()[:length]
 
 
 def check_lengths(requests: Sequence[PageRequest], sampling: Sequence[Sampling]) -> None:

@@ -36,12 +36,12 @@ from olmpipe.generate.base import (
     Completion,
     GenerationBackend,
     GenerationError,
-    GenerationRecord,
     PageRequest,
     Sampling,
 )
 from olmpipe.generate.pipeline import PipelineMode, decode_pipeline_batch
 from olmpipe.prompts import PROMPT_NAME, parse_page_output
+from olmpipe.records.generations import GenerationRecord
 
 logger = logging.getLogger(__name__)
 

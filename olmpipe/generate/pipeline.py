@@ -57,11 +57,12 @@ from olmpipe.generate.base import (
     Completion,
     GenerationBackend,
     GenerationError,
-    GenerationRecord,
     PageRequest,
     Sampling,
 )
 from olmpipe.prompts import PROMPT_NAME, PageOutput, parse_page_output
+from olmpipe.records.files import atomic_path
+from olmpipe.records.generations import GenerationRecord
 
 logger = logging.getLogger(__name__)
 
@@ -147,11 +148,8 @@ def rotate_image(image: str, angle: int, rotated_dir: Path, request: PageRequest
         raise ValueError(f"rotation {angle} is not one of 90, 180, 270")
     stem = request.pdf[: -len(".pdf")] if request.pdf.lower().endswith(".pdf") else request.pdf
     target = rotated_dir / stem / f"pg{request.page}_rot{angle}.png"
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(target.name + ".tmp")
-    with Image.open(image) as img:
+    with atomic_path(target) as tmp, Image.open(image) as img:
         img.transpose(transpose[angle]).save(tmp, format="PNG")
-    tmp.replace(target)
     return str(target)
 
 

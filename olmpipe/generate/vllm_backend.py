@@ -130,7 +130,7 @@ class VLLMBackend(GenerationBackend):
         """Start the engine for ``model_path`` with ``engine_factory`` (default ``vllm.LLM``)."""
         kwargs = engine_kwargs(model_path, generation)
         if processor is None:
-            from olmpipe.tinymodel import load_processor
+            from olmpipe.modelload import load_processor
 
             processor = load_processor(model_path)
         engine = (engine_factory or _vllm_engine)(**kwargs)

@@ -27,40 +27,29 @@ tests cannot be found (ids without a ``test_files`` column, an unknown id, a mis
 test file, ``test_ids`` given as a string instead of a list): the reward never raises into the
 trainer; each such row is counted in ``bench/errors`` and the first problem of a call is logged as
 a warning (None rather than 0: a dataset problem is not the completion's fault).
+
+:class:`BenchReward` is the TRL-facing callable; the pieces it composes live beside it: finding a
+row's tests (:mod:`olmpipe.rewards.bench_lookup`), the shared scoring pool that scores a batch
+once for micro and macro (:mod:`olmpipe.rewards.bench_scoring`), and the logged metrics and
+verdicts (:mod:`olmpipe.rewards.bench_metrics`).
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import os
-import re
-import weakref
-from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from pathlib import Path
 from typing import Any, Self
 
-from olmpipe.rewards.text import SCORE_TEXT_CHOICES, column, completion_text, scored_text
+from olmpipe.records.text import completion_text
+from olmpipe.rewards.bench_lookup import TestLookup, TestLookupError
+from olmpipe.rewards.bench_metrics import BenchStats, error_json, verdicts_json
+from olmpipe.rewards.bench_scoring import ScoringPool
+from olmpipe.rewards.text import SCORE_TEXT_CHOICES, column, scored_text
 
 logger = logging.getLogger(__name__)
 
 AVERAGES = ("micro", "macro")
-#: Longest failure reason kept in the per-completion verdict log.
-MAX_REASON_CHARS = 300
-
-
-class TestLookupError(ValueError):
-    """A dataset row names a test file or test id that does not exist; the message says which."""
-
-    __test__ = False
-
-
-def _close_scorer(scorer: Any) -> None:
-    try:
-        scorer.close()
-    except Exception:
-        logger.debug("closing the bench scorer failed", exc_info=True)
 
 
 class BenchReward:
@@ -80,7 +69,8 @@ class BenchReward:
     - ``log_details``: also log each completion's verdicts (``bench_verdicts`` column of the
       completions table) and its page; set it on one bench reward only;
     - ``share_scoring_with``: another bench reward whose pool this one uses; when both score the
-      same batch (micro and macro selected together) the verdicts are computed once.
+      same batch (micro and macro selected together) the verdicts are computed once. Closing the
+      pool is then left to that reward.
 
     The worker pool starts on the first call and is not pickled (a copy starts its own).
     """
@@ -106,30 +96,26 @@ class BenchReward:
             raise ValueError(f"need timeout_s > 0, processes >= 0 and memory_mb >= 0, "
                              f"got {timeout_s}, {processes} and {memory_mb}")
         self.average = average
-        self.types = frozenset(types)
-        self.jsonl_regex = jsonl_regex
-        self._jsonl_pattern = re.compile(jsonl_regex, re.IGNORECASE) if jsonl_regex else None
         self.score_text = score_text
         self.processes = int(processes)
         self.timeout_s = float(timeout_s)
         self.memory_mb = float(memory_mb)
         self.log_details = log_details
         self.__name__ = "bench_reward" if average == "micro" else "bench_macro_reward"
-        self._scorer: Any = None
-        self._finalizer: Any = None
-        self._tests: dict[str, tuple[float, dict[str, Any]]] = {}
-        self._owner = share_scoring_with._owner if share_scoring_with is not None else self
-        self._last: tuple[list[tuple[str, tuple[str, ...]]], list[Any]] | None = None
+        self._lookup = TestLookup(types=types, jsonl_regex=jsonl_regex)
+        self._owns_pool = share_scoring_with is None
+        self._pool = (ScoringPool(processes=self.processes, timeout_s=self.timeout_s, memory_mb=self.memory_mb)
+                      if share_scoring_with is None else share_scoring_with._pool)
 
-    # -- pickling: the pool and the test cache stay behind -------------------------------------
-    def __getstate__(self) -> dict[str, Any]:
-        state = dict(self.__dict__)
-        state.update(_scorer=None, _finalizer=None, _tests={}, _jsonl_pattern=None, _last=None)
-        return state
+    @property
+    def types(self) -> frozenset[str]:
+        """The test types that count (empty: all)."""
+        return self._lookup.types
 
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._jsonl_pattern = re.compile(self.jsonl_regex, re.IGNORECASE) if self.jsonl_regex else None
+    @property
+    def jsonl_regex(self) -> str | None:
+        """The pattern a test file's name must match for its tests to count (None: every file)."""
+        return self._lookup.jsonl_regex
 
     def __repr__(self) -> str:
         return (f"BenchReward(average={self.average!r}, types={sorted(self.types)}, "
@@ -139,32 +125,13 @@ class BenchReward:
     # -- resources -----------------------------------------------------------------------------
     def scorer(self) -> Any:
         """The persistent scoring pool, started on first use (the sharing reward's, if any)."""
-        if self._owner is not self:
-            return self._owner.scorer()
-        if self._scorer is None:
-            from olmpipe.bench import BenchScorer
-
-            self._scorer = BenchScorer(processes=self.processes, timeout_s=self.timeout_s,
-                                       memory_mb=self.memory_mb)
-            self._finalizer = weakref.finalize(self, _close_scorer, self._scorer)
-        return self._scorer
-
-    def _score(self, jobs: list[tuple[str, list[Any]]]) -> list[Any]:
-        """Score ``(text, tests)`` jobs; the same batch scored just before (by this reward or one
-        sharing its pool) is answered from that result instead of being scored again."""
-        owner = self._owner
-        key = [(text, tuple(t.id for t in tests)) for text, tests in jobs]
-        if owner._last is not None and owner._last[0] == key:
-            return owner._last[1]
-        results = self.scorer().score(jobs)
-        owner._last = (key, results)
-        return results
+        return self._pool.scorer()
 
     def close(self) -> None:
-        """Stop the worker processes (they restart on the next call)."""
-        if self._finalizer is not None:
-            self._finalizer()
-        self._scorer = self._finalizer = None
+        """Stop the worker processes (they restart on the next call); a reward using another's
+        pool leaves it running."""
+        if self._owns_pool:
+            self._pool.close()
 
     def __enter__(self) -> Self:
         return self
@@ -172,58 +139,10 @@ class BenchReward:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    # -- tests ---------------------------------------------------------------------------------
-    def _file_tests(self, path: str) -> dict[str, Any]:
-        """Tests of one JSONL file by id, cached until the file changes."""
-        from olmpipe.bench import TestLoadError, load_tests
-
-        try:
-            mtime = os.stat(path).st_mtime
-        except OSError as exc:
-            raise TestLookupError(f"test file {path} cannot be read: {exc.strerror or exc}") from None
-        cached = self._tests.get(path)
-        if cached is None or cached[0] != mtime:
-            try:
-                cached = (mtime, {t.id: t for t in load_tests(path)})
-            except (TestLoadError, OSError, UnicodeDecodeError) as exc:
-                raise TestLookupError(f"test file {path} cannot be loaded: {exc}") from None
-            self._tests[path] = cached
-        return cached[1]
-
-    def _keep_file(self, path: str) -> bool:
-        return self._jsonl_pattern is None or bool(self._jsonl_pattern.search(Path(path).name))
-
     def tests_for(self, test_ids: Sequence[str] | None, files: Sequence[str] | str | None) -> list[Any]:
         """The (filtered) test objects of one dataset row; raises :class:`TestLookupError` when
-        they cannot be found."""
-        if isinstance(test_ids, (str, bytes)):
-            raise TestLookupError(f"test_ids {test_ids[:60]!r} is a string; each row needs a list of test ids")
-        if not test_ids:
-            return []
-        try:
-            test_ids = list(test_ids)
-        except TypeError:
-            raise TestLookupError(f"test_ids {test_ids!r} is not a list of test ids") from None
-        if files is None:
-            raise TestLookupError(
-                f"tests {list(test_ids)[:3]}...: the dataset has neither a 'test_files' nor a 'jsonl_file' "
-                "column saying which JSONL file holds them"
-            )
-        paths = [files] * len(test_ids) if isinstance(files, (str, os.PathLike)) else list(files)
-        if len(paths) != len(test_ids):
-            raise TestLookupError(f"test_files has {len(paths)} entries for {len(test_ids)} test ids")
-        files_by_path = {p: self._file_tests(p) for p in dict.fromkeys(map(str, paths)) if self._keep_file(p)}
-        tests = []
-        for test_id, path in zip(test_ids, paths, strict=True):
-            by_id = files_by_path.get(str(path))
-            if by_id is None:
-                continue
-            if test_id not in by_id:
-                raise TestLookupError(f"test id {test_id!r} is not in {path}")
-            test = by_id[test_id]
-            if not self.types or test.type in self.types:
-                tests.append(test)
-        return tests
+        they cannot be found (see :meth:`olmpipe.rewards.bench_lookup.TestLookup.tests_for`)."""
+        return self._lookup.tests_for(test_ids, files)
 
     # -- the reward ----------------------------------------------------------------------------
     def __call__(
@@ -241,43 +160,20 @@ class BenchReward:
         completions = list(completions or [])
         n = len(completions)
         ids_col = column({"x": test_ids}, "x", n)
-        files_col = column({"x": test_files}, "x", n) if test_files is not None else column({"x": jsonl_file}, "x", n)
-        jobs: list[tuple[str, list[Any]]] = []
-        rows: list[int] = []
+        files_col = column({"x": test_files if test_files is not None else jsonl_file}, "x", n)
         rewards: list[float | None] = [None] * n
         details: list[str | None] = [None] * n
-        invalid = lookup_errors = 0
-        for i, (completion, ids, files) in enumerate(zip(completions, ids_col, files_col, strict=True)):
-            try:
-                tests = self.tests_for(ids, files)
-            except TestLookupError as exc:  # a dataset problem: no reward for the row, counted
-                if not lookup_errors:
-                    logger.warning("bench reward: row %d scores None: %s", i, exc)
-                lookup_errors += 1
-                if self.log_details:
-                    details[i] = json.dumps({"error": str(exc)[:MAX_REASON_CHARS]}, ensure_ascii=False)
-                continue
-            if not tests:
-                continue
-            text = completion_text(completion)
-            if text is None:  # nothing to score: every test fails, counted as an error
-                invalid += 1
-                rewards[i] = 0.0
-                details[i] = json.dumps({"error": f"completion is {type(completion).__name__}, not text"})
-                continue
-            jobs.append((scored_text(text, self.score_text), tests))
-            rows.append(i)
-        results = self._score(jobs) if jobs else []
-        stats = _Stats()
+        stats = BenchStats()
+        jobs, rows = self._jobs(completions, ids_col, files_col, rewards, details, stats)
+        results = self._pool.score(jobs) if jobs else []
         for i, (_, tests), result in zip(rows, jobs, results, strict=True):
             rewards[i] = float(result.micro if self.average == "micro" else result.macro)
             stats.add(tests, result)
             if self.log_details:
-                details[i] = _verdicts_json(tests, result)
-        stats.errors += invalid + lookup_errors
-        if lookup_errors > 1:
+                details[i] = verdicts_json(tests, result)
+        if stats.lookup_errors > 1:
             logger.warning("bench reward: %d of %d rows score None because their tests cannot be found",
-                           lookup_errors, n)
+                           stats.lookup_errors, n)
         if log_metric is not None:
             for name, value in stats.metrics().items():
                 log_metric(name, value)
@@ -287,51 +183,37 @@ class BenchReward:
             log_extra("page_id", [f"{p}#{g}" if p is not None else None for p, g in zip(pdfs, pages, strict=True)])
         return rewards
 
+    def _jobs(self, completions: list[Any], ids_col: list[Any], files_col: list[Any],
+              rewards: list[float | None], details: list[str | None],
+              stats: BenchStats) -> tuple[list[tuple[str, list[Any]]], list[int]]:
+        """The ``(text, tests)`` scoring job of each row that has tests and text, and its row index.
 
-class _Stats:
-    """Pass counts of one reward call by test type and by JSONL file, plus timeouts and errors."""
-
-    def __init__(self) -> None:
-        self.by_type: dict[str, list[int]] = defaultdict(lambda: [0, 0])
-        self.by_jsonl: dict[str, list[int]] = defaultdict(lambda: [0, 0])
-        self.passed = self.total = self.completions = self.timeouts = self.errors = 0
-
-    def add(self, tests: Sequence[Any], result: Any) -> None:
-        self.completions += 1
-        self.timeouts += int(bool(result.timed_out))
-        self.errors += int(bool(result.errors))
-        for test, verdict in zip(tests, result.verdicts, strict=True):
-            ok = int(bool(verdict.passed))
-            for bucket in (self.by_type[test.type], self.by_jsonl[test.source or "unknown"]):
-                bucket[0] += ok
-                bucket[1] += 1
-            self.passed += ok
-            self.total += 1
-
-    def metrics(self) -> dict[str, float]:
-        out = {
-            # completions (not tests) that hit the time bound / had a test error or no text
-            "bench/timeouts": float(self.timeouts),
-            "bench/errors": float(self.errors),
-            "bench/completions": float(self.completions),
-        }
-        if self.total:
-            out["bench/pass_rate"] = self.passed / self.total
-        for kind, table in (("type", self.by_type), ("jsonl", self.by_jsonl)):
-            for key, (ok, total) in sorted(table.items()):
-                out[f"bench/pass_rate/{kind}/{key}"] = ok / total
-        return out
-
-
-def _verdicts_json(tests: Sequence[Any], result: Any) -> str:
-    return json.dumps(
-        [
-            {"id": t.id, "type": t.type, "passed": bool(v.passed), "reason": (v.reason or "")[:MAX_REASON_CHARS]}
-            for t, v in zip(tests, result.verdicts, strict=True)
-        ]
-        + ([{"timed_out": True}] if result.timed_out else []),
-        ensure_ascii=False,
-    )
+        Rows whose tests cannot be found keep reward None and rows without text get 0 (both
+        counted in ``stats``, their reason in ``details``); rows without tests keep None.
+        """
+        jobs: list[tuple[str, list[Any]]] = []
+        rows: list[int] = []
+        for i, (completion, ids, files) in enumerate(zip(completions, ids_col, files_col, strict=True)):
+            try:
+                tests = self._lookup.tests_for(ids, files)
+            except TestLookupError as exc:  # a dataset problem: no reward for the row, counted
+                if not stats.lookup_errors:
+                    logger.warning("bench reward: row %d scores None: %s", i, exc)
+                stats.lookup_errors += 1
+                if self.log_details:
+                    details[i] = error_json(str(exc))
+                continue
+            if not tests:
+                continue
+            text = completion_text(completion)
+            if text is None:  # nothing to score: every test fails, counted as an error
+                stats.no_text += 1
+                rewards[i] = 0.0
+                details[i] = json.dumps({"error": f"completion is {type(completion).__name__}, not text"})
+                continue
+            jobs.append((scored_text(text, self.score_text), tests))
+            rows.append(i)
+        return jobs, rows
 
 
 def bench_reward(prompts=None, completions=None, **kwargs: Any) -> list[float | None]:

@@ -17,45 +17,13 @@ Which text is scored (``rewards.score_text``):
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
+from olmpipe.records.text import completion_text
+
+__all__ = ["SCORE_TEXT_CHOICES", "column", "completion_text", "scored_text"]
+
 SCORE_TEXT_CHOICES = ("full", "page_text")
-
-
-def completion_text(completion: Any) -> str | None:
-    """The text of one completion, or None when there is none to score.
-
-    >>> completion_text([{"role": "assistant", "content": "hello"}])
-    'hello'
-    >>> completion_text("plain") , completion_text(None)
-    ('plain', None)
-    """
-    if completion is None:
-        return None
-    if isinstance(completion, str):
-        return completion
-    if isinstance(completion, (bytes, bytearray)):
-        return bytes(completion).decode("utf-8", errors="replace")
-    if isinstance(completion, dict):
-        return _content_text(completion.get("content"))
-    if isinstance(completion, Sequence):
-        parts = [_content_text(m.get("content")) if isinstance(m, dict) else completion_text(m) for m in completion]
-        texts = [p for p in parts if p is not None]
-        return "".join(texts) if texts else None
-    return None
-
-
-def _content_text(content: Any) -> str | None:
-    """Text of a message ``content``: a string or a list of ``{"type": "text", "text": ...}`` parts."""
-    if content is None:
-        return None
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        texts = [p.get("text") for p in content if isinstance(p, dict) and isinstance(p.get("text"), str)]
-        return "".join(texts)
-    return None
 
 
 def scored_text(text: str, score_text: str) -> str:

@@ -42,6 +42,7 @@ from olmpipe.bench.mathbrowser import BrowserError, BrowserNotFoundError
 from olmpipe.bench.model import TestLoadError, test_from_record
 from olmpipe.bench.run import run_tests
 from olmpipe.prompts import FrontMatter, format_page_output
+from olmpipe.records.files import publish_dir, staging_dir, write_json
 from olmpipe.synth.mine import MineLimits, mine_page
 from olmpipe.synth.render import HtmlRenderer, RenderRefused, rotate_pdf
 from olmpipe.synth.source import INDEX_NAME, read_index
@@ -63,23 +64,11 @@ class RenderEntry:
     error: str | None = None
 
 
-def _fresh(out: Path) -> Path:
-    tmp = out.with_name(out.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    return tmp
-
-
-def _publish(tmp: Path, out: Path) -> None:
-    shutil.rmtree(out, ignore_errors=True)
-    tmp.replace(out)
-
-
 def render_pages(html_dir: str | Path, out_dir: str | Path, synth: Mapping[str, Any], *,
                  renderer: HtmlRenderer | None = None) -> list[RenderEntry]:
     """Print each ``ok`` page of ``html_dir`` to ``out_dir/pdfs/`` (see the module docstring)."""
     html_dir, out_dir = Path(html_dir), Path(out_dir)
-    tmp = _fresh(out_dir)
+    tmp = staging_dir(out_dir)
     (tmp / "pdfs").mkdir()
     rng = random.Random(f"{synth['seed']}:rotate")
     entries: list[RenderEntry] = []
@@ -111,7 +100,7 @@ def render_pages(html_dir: str | Path, out_dir: str | Path, synth: Mapping[str, 
         if own:
             renderer.close()
     (tmp / INDEX_NAME).write_text("".join(json.dumps(asdict(e)) + "\n" for e in entries), encoding="utf-8")
-    _publish(tmp, out_dir)
+    publish_dir(tmp, out_dir)
     return entries
 
 
@@ -158,7 +147,7 @@ def build_bench(html_dir: str | Path, render_dir: str | Path, out_dir: str | Pat
     pages = read_index(html_dir)
     rendered = [RenderEntry(**json.loads(line)) for line in
                 (render_dir / INDEX_NAME).read_text(encoding="utf-8").splitlines() if line.strip()]
-    tmp = _fresh(out_dir)
+    tmp = staging_dir(out_dir)
     (tmp / "pdfs").mkdir()
     (tmp / REFERENCE_DIR).mkdir()
     skipped = [{"name": p.name, "stage": "synth_html", "reason": p.error} for p in pages if p.status != "ok"]
@@ -207,11 +196,8 @@ def build_bench(html_dir: str | Path, render_dir: str | Path, out_dir: str | Pat
         shutil.rmtree(tmp, ignore_errors=True)
         raise ValueError(f"no page of {html_dir} gave a test; skipped pages: "
                          + "; ".join(f"{s['name']}: {s['reason']}" for s in skipped[:5]))
-    _publish(tmp, out_dir)
-    report_path.parent.mkdir(parents=True, exist_ok=True)
-    tmp_report = report_path.with_name(report_path.name + ".tmp")
-    tmp_report.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
-    tmp_report.replace(report_path)
+    publish_dir(tmp, out_dir)
+    write_json(report_path, report)
     log.info("synthetic bench %s: %d page(s), %d test(s) %s, %d dropped, %d page(s) skipped", out_dir,
              in_bench, len(all_kept), report["tests_by_type"], len(all_dropped), len(skipped))
     return report

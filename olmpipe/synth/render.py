@@ -34,6 +34,7 @@ import pypdfium2 as pdfium
 from bs4 import BeautifulSoup
 
 from olmpipe.bench.mathbrowser import BrowserError, BrowserPipe
+from olmpipe.records.files import atomic_path
 
 log = logging.getLogger(__name__)
 
@@ -135,11 +136,10 @@ def rotate_pdf(src: Path, dst: Path, angle: int) -> None:
     try:
         for page in doc:
             page.set_rotation((page.get_rotation() + (360 - angle) % 360) % 360)
-        tmp = dst.with_name(dst.name + ".tmp")
-        doc.save(str(tmp))
+        with atomic_path(dst) as tmp:
+            doc.save(str(tmp))
     finally:
         doc.close()
-    tmp.replace(dst)
 
 
 class HtmlRenderer:

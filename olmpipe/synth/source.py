@@ -27,7 +27,6 @@ import json
 import logging
 import os
 import re
-import shutil
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -35,7 +34,8 @@ from typing import Any
 
 from olmpipe.generate.base import FINISH_STOP, PageRequest, Sampling
 from olmpipe.generate.openai_backend import OpenAIBackend
-from olmpipe.rasterize import RasterizeError, file_sha256, rasterize_pdf
+from olmpipe.rasterize import RasterizeError, rasterize_pdf
+from olmpipe.records.files import file_sha256, publish_dir, staging_dir, write_jsonl
 
 log = logging.getLogger(__name__)
 
@@ -208,9 +208,7 @@ def collect_html(synth: Mapping[str, Any], out_dir: str | Path, *, journal_path:
                  backend=None) -> list[HtmlEntry]:
     """Write the pages of ``synth.source`` to ``out_dir`` (``<name>.html`` + ``index.jsonl``)."""
     out_dir = Path(out_dir)
-    tmp = out_dir.with_name(out_dir.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
+    tmp = staging_dir(out_dir)
     if synth["source"] == "html":
         html_dir = Path(synth["html_dir"])
         if not html_dir.is_dir():
@@ -245,9 +243,8 @@ def collect_html(synth: Mapping[str, Any], out_dir: str | Path, *, journal_path:
         else:
             log.warning("skipping %s", entry.error)
         entries.append(entry)
-    (tmp / INDEX_NAME).write_text("".join(json.dumps(asdict(e)) + "\n" for e in entries), encoding="utf-8")
-    shutil.rmtree(out_dir, ignore_errors=True)
-    tmp.replace(out_dir)
+    write_jsonl(tmp / INDEX_NAME, (asdict(e) for e in entries), ensure_ascii=True)
+    publish_dir(tmp, out_dir)
     log.info("%d HTML page(s), %d skipped", sum(e.status == "ok" for e in entries),
              sum(e.status != "ok" for e in entries))
     return entries

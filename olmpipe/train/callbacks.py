@@ -2,7 +2,7 @@
 
 - :class:`MetricsFiles` appends every logged step to ``metrics.jsonl`` and rewrites ``metrics.csv``
   (always, whatever wandb does). On resume the rows after the checkpoint's step are dropped first
-  (:func:`truncate_metrics`), so the file continues without duplicates.
+  (:func:`olmpipe.records.metrics.truncate_metrics`), so the file continues without duplicates.
 - :class:`CompletionsTable` writes ``completions/step{N:06d}.jsonl`` every ``completions_every``
   steps: page, completion, each reward, the advantage and each test's verdict and reason. It reads
   the trainer's record of the latest generation batch (TRL 1.16's ``GRPOTrainer._logs``) instead of
@@ -16,11 +16,9 @@
 
 from __future__ import annotations
 
-import csv
 import json
 import logging
 import math
-import os
 import signal
 import threading
 import time
@@ -30,12 +28,14 @@ from typing import Any
 from transformers import TrainerCallback
 
 from olmpipe.launch import EXIT_PREEMPTED  # 75, EX_TEMPFAIL: run again to resume
+from olmpipe.records.completions import write_completions
+from olmpipe.records.files import write_json
+from olmpipe.records.metrics import append_metrics
+from olmpipe.records.text import completion_text
 from olmpipe.train.resume import RUN_STATE_FILE
 
 logger = logging.getLogger(__name__)
 
-METRICS_JSONL = "metrics.jsonl"
-METRICS_CSV = "metrics.csv"
 
 
 def _clean(value: Any) -> Any:
@@ -45,40 +45,6 @@ def _clean(value: Any) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
         return None
     return value
-
-
-def read_metrics(path: str | Path) -> list[dict[str, Any]]:
-    """The rows of a ``metrics.jsonl`` (empty when it does not exist)."""
-    path = Path(path)
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-
-
-def write_metrics_csv(rows: list[dict[str, Any]], path: str | Path) -> None:
-    """Write ``rows`` as CSV; columns are the union of keys, ``step`` first."""
-    keys: list[str] = []
-    for row in rows:
-        keys += [k for k in row if k not in keys]
-    keys = ["step"] + sorted(k for k in keys if k != "step")
-    tmp = Path(f"{path}.tmp")
-    with open(tmp, "w", newline="", encoding="utf-8") as fh:
-        writer = csv.DictWriter(fh, fieldnames=keys)
-        writer.writeheader()
-        writer.writerows(rows)
-    os.replace(tmp, path)
-
-
-def truncate_metrics(run_dir: str | Path, last_step: int) -> int:
-    """Drop metric rows logged after ``last_step`` (they will be logged again on resume); returns rows kept."""
-    run_dir = Path(run_dir)
-    rows = [r for r in read_metrics(run_dir / METRICS_JSONL) if int(r.get("step", 0)) <= last_step]
-    if (run_dir / METRICS_JSONL).exists():
-        tmp = run_dir / f"{METRICS_JSONL}.tmp"
-        tmp.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
-        os.replace(tmp, run_dir / METRICS_JSONL)
-        write_metrics_csv(rows, run_dir / METRICS_CSV)
-    return len(rows)
 
 
 class MetricsFiles(TrainerCallback):
@@ -92,13 +58,11 @@ class MetricsFiles(TrainerCallback):
             return
         if "train_runtime" in logs:  # the end-of-training summary, not a step
             summary = {k: _clean(v) for k, v in logs.items()}
-            (self.run_dir / "train_summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+            write_json(self.run_dir / "train_summary.json", summary)
             return
         row = {"step": state.global_step, "time": round(time.time(), 3)}
         row.update({k: _clean(v) for k, v in logs.items()})
-        with open(self.run_dir / METRICS_JSONL, "a", encoding="utf-8") as fh:
-            fh.write(json.dumps(row) + "\n")
-        write_metrics_csv(read_metrics(self.run_dir / METRICS_JSONL), self.run_dir / METRICS_CSV)
+        append_metrics(self.run_dir, row)
 
 
 class CompletionsTable(TrainerCallback):
@@ -106,7 +70,7 @@ class CompletionsTable(TrainerCallback):
 
     def __init__(self, trainer: Any, run_dir: str | Path, every: int):
         self.trainer = trainer
-        self.dir = Path(run_dir) / "completions"
+        self.run_dir = Path(run_dir)
         self.every = max(1, int(every))
 
     def on_log(self, args, state, control, logs=None, **kwargs):
@@ -115,15 +79,11 @@ class CompletionsTable(TrainerCallback):
         record = getattr(self.trainer, "_logs", None)
         if not record or not record.get("completion"):
             return
-        self.dir.mkdir(parents=True, exist_ok=True)
-        rows = self.rows(state.global_step, record)
-        path = self.dir / f"step{state.global_step:06d}.jsonl"
-        path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+        write_completions(self.run_dir, state.global_step, self.rows(state.global_step, record))
 
     @staticmethod
     def rows(step: int, record: dict[str, Any]) -> list[dict[str, Any]]:
         """Rows of the completions table from TRL's record of the latest batch."""
-        from olmpipe.rewards.text import completion_text
 
         completions = list(record["completion"])
         rewards = {name: list(values) for name, values in record["rewards"].items()}

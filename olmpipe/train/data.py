@@ -19,11 +19,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from olmpipe.jsonl import read_page_index as _read_page_index
+from olmpipe.records.pages import PAGE_FIELDS
+from olmpipe.records.pages import read_page_index as _read_page_index
 
 logger = logging.getLogger(__name__)
 
-INDEX_FIELDS = ("pdf", "page", "image", "split", "test_ids", "jsonl_files", "types")
 
 
 class PageIndexError(ValueError):
@@ -64,7 +64,7 @@ class DatasetSummary:
 
 def read_page_index(path: str | Path) -> list[dict[str, Any]]:
     """Read ``results/validate/pages.jsonl``; raises :class:`PageIndexError` naming file and line."""
-    return _read_page_index(path, required=INDEX_FIELDS, error=PageIndexError)
+    return _read_page_index(path, required=PAGE_FIELDS, error=PageIndexError)
 
 
 def _reference_text(bench_dir: str | None, candidate: str | None, pdf: str, page: int) -> str | None:

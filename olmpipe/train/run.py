@@ -4,6 +4,7 @@ Layout of a run folder (``results/train/seed{seed}/``)::
 
     checkpoint-{step}/      TRL/transformers checkpoints (+ olmpipe_run.json: seed, step, wandb id)
     model/                  the final weights + processor (the Snakemake output; written last)
+    model.metrics.jsonl     a copy of metrics.jsonl written after model/ (also an output)
     metrics.jsonl|csv       every logged step (continued, not duplicated, across resumes)
     completions/            step{N}.jsonl: page, completion, rewards, advantage, verdicts
     dataset.json            pages used and skipped
@@ -20,12 +21,13 @@ import contextlib
 import json
 import logging
 import os
-import shutil
 import uuid
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from olmpipe.records.files import atomic_write, publish_dir, staging_dir, write_json
+from olmpipe.records.metrics import METRICS_JSONL, final_metrics_path, truncate_metrics
 from olmpipe.train.callbacks import (
     EXIT_PREEMPTED,
     CompletionsTable,
@@ -33,7 +35,6 @@ from olmpipe.train.callbacks import (
     RunState,
     SignalFlag,
     StopOnSignal,
-    truncate_metrics,
 )
 from olmpipe.train.resume import RUN_STATE_FILE, checkpoint_step, checkpoints, decide, move_aside
 from olmpipe.train.runlock import ParentWatch, RunLock
@@ -107,18 +108,24 @@ def _init_wandb(cfg: Mapping[str, Any], run_dir: Path, run_id: str, seed: int) -
 
 
 def _write_final(save_weights: Callable[[Path], None], processor: Any, final_dir: Path, info: dict[str, Any],
-                 is_main: bool, barrier: Callable[[], None]) -> None:
-    """Write the final model folder atomically (a half-written folder never carries the final name)."""
+                 is_main: bool, barrier: Callable[[], None], metrics: Path) -> None:
+    """Write the final model folder atomically (a half-written folder never carries the final name).
+
+    Then a copy of the run's ``metrics`` file (empty when nothing was logged) goes beside it
+    (:func:`olmpipe.records.metrics.final_metrics_path`): the workflow declares that copy as an
+    output, while the live file beside the checkpoints stays undeclared so that a failed job's
+    cleanup never deletes what a resumed run continues.
+    """
     tmp = final_dir.with_name(final_dir.name + ".tmp")
     if is_main:
-        shutil.rmtree(tmp, ignore_errors=True)
+        staging_dir(final_dir)
     barrier()
     save_weights(tmp)
     if is_main:
         processor.save_pretrained(str(tmp))
-        (tmp / "olmpipe_train.json").write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
-        shutil.rmtree(final_dir, ignore_errors=True)
-        os.replace(tmp, final_dir)
+        write_json(tmp / "olmpipe_train.json", info)
+        publish_dir(tmp, final_dir)
+        atomic_write(final_metrics_path(final_dir), metrics.read_text(encoding="utf-8") if metrics.exists() else "")
     barrier()
 
 
@@ -172,8 +179,8 @@ def _train_locked(
 ) -> int:
     import torch
 
+    from olmpipe.modelload import load_model_and_processor
     from olmpipe.rewards import build_rewards
-    from olmpipe.tinymodel import load_model_and_processor
     from olmpipe.train.args import grpo_config, grpo_knobs, resolve_device, resolve_dtype
     from olmpipe.train.data import build_examples, to_dataset
     from olmpipe.train.resume import run_settings, settings_fingerprint
@@ -233,7 +240,7 @@ def _train_locked(
         info = {"seed": seed, "base_model": str(model_path), "steps": step, "wandb_run_id": _stored_run_id(checkpoint),
                 "dataset": summary.to_dict(), "from_checkpoint": checkpoint.name}
         _write_final(lambda path: model.save_pretrained(str(path)) if _rank() == 0 else None, processor,
-                     final_dir, info, _rank() == 0, _barrier)
+                     final_dir, info, _rank() == 0, _barrier, run_dir / METRICS_JSONL)
         return 0
 
     rewards = None
@@ -278,7 +285,7 @@ def _train_locked(
                 "reward_weights": weights, "wandb_run_id": run_id, "dataset": summary.to_dict()}
         main = trainer.accelerator.is_main_process
         _write_final(lambda path: trainer.save_model(str(path)), processor, final_dir, info, main,
-                     trainer.accelerator.wait_for_everyone)
+                     trainer.accelerator.wait_for_everyone, run_dir / METRICS_JSONL)
         logger.info("finished seed %d at step %d; final model in %s", seed, trainer.state.global_step, final_dir)
         return 0
     finally:

@@ -131,7 +131,7 @@ def make_upstream_results(workdir: Path, model_name: str, seeds: Sequence[int] =
     """Lay out, under ``workdir/results``, what the stages before evaluate's comparison write.
 
     Hand-made baseline and evaluate run folders, the validated tests, a page index with images,
-    a training folder with ``metrics.jsonl`` per seed and a (dummy) soup folder: enough for the
+    a training folder with ``metrics.jsonl`` (and its copy in ``model/``) per seed and a (dummy) soup folder: enough for the
     workflow's ``evaluate_compare``, ``report_plots`` and ``report_html`` rules to run for real.
     """
     import shutil
@@ -155,6 +155,7 @@ def make_upstream_results(workdir: Path, model_name: str, seeds: Sequence[int] =
         (run_dir / "model").mkdir(parents=True)
         rows = [{"step": s, "reward": min(1.0, 0.1 * s + 0.05 * k), "loss": 0.0} for s in range(1, 9)]
         (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+        shutil.copy2(run_dir / "metrics.jsonl", run_dir / "model.metrics.jsonl")  # train_seed's output
     (results / "train" / "soup" / "model").mkdir(parents=True)
     # make every output newer than its inputs, in stage order, so Snakemake sees them up to date
     order = ["validate", "train/seed", "train/soup", "baseline", "evaluate"]

@@ -1,6 +1,6 @@
 # Stage 3: generate the eval pages with the base model and score them with the bench tests
-# (results/baseline/<model name>/). The evaluate stage runs the same code on the trained model.
-# See olmpipe/baseline.py.
+# (results/baseline/<model name>/). The evaluate stage runs the same rule on the trained model
+# (evaluate_generate, `use rule baseline_generate` in evaluate.smk). See olmpipe/eval_run.py.
 #
 # The generation rules run `python -m olmpipe.baseline` / `olmpipe.evaluate` through `shell:`, not a
 # `script:`: vLLM starts its engine core with the `spawn` method, whose child re-imports the main
@@ -8,18 +8,17 @@
 # module with a main guard is safe on every backend (docs/vllm.md).
 
 import json
-import os
 import sys
 from pathlib import Path
 
-from olmpipe.workflow import GENERATE_CODE
+from olmpipe.layout import baseline_run_dir
 
 # Interpreter of the generation jobs: Snakemake's own, where olmpipe is installed (as for training).
 GENERATE_PYTHON = sys.executable
 
 # The config sections a generation job reads, as one JSON argument (olmpipe.baseline --settings).
 GENERATE_SETTINGS = json.dumps(
-    {k: config[k] for k in ("model", "generation", "baseline")}
+    {k: config[k] for k in ("model", "generation", "eval_run")}
 )
 
 # The run folder of a generation job: the folder of its scores.json (a params function).
@@ -27,28 +26,18 @@ RUN_FOLDER = lambda wildcards, output: str(Path(output.scores).parent)
 
 
 # Run folder of the base model (same layout as results/evaluate/<model name>/).
-BASELINE_RUN = f"results/baseline/{config['model']['name']}"
-
-# The model folder is an input when it is a file path (built or local); a hub id is no file.
-MODEL_INPUT = (
-    [MODEL_DIR]
-    if config["model"]["path"] == "embedded" or os.path.exists(MODEL_DIR)
-    else []
-)
+BASELINE_RUN = baseline_run_dir(config)
 
 
+# The one definition of a generate-and-score job; evaluate_generate (evaluate.smk) is this rule
+# with the trained model as input, its own run folder, log and entry point.
 rule baseline_generate:
     input:
         model=MODEL_INPUT,
         pages=rules.validate.output.pages,
         tests=rules.validate.output.tests,
     output:
-        candidate=directory(f"{BASELINE_RUN}/candidate"),
-        generations=f"{BASELINE_RUN}/generations.jsonl",
-        verdicts=f"{BASELINE_RUN}/verdicts.jsonl",
-        scores=f"{BASELINE_RUN}/scores.json",
-        scores_csv=f"{BASELINE_RUN}/scores.csv",
-        summary=f"{BASELINE_RUN}/summary.json",
+        **eval_run_outputs(BASELINE_RUN),
     log:
         "logs/baseline/baseline.log",
     conda:
@@ -59,20 +48,22 @@ rule baseline_generate:
         mem_mb=config["resources"]["generate"]["mem_mb"],
         runtime=config["resources"]["generate"]["runtime"],
     params:
+        # The stage's entry point (module and arguments).
+        entry="olmpipe.baseline",
+        # Both generation rules get exactly these sections and code: changing any of them reruns
+        # both stages, so the two runs never differ in settings.
         model=config["model"],
         generation=config["generation"],
-        baseline=config["baseline"],
+        eval_run=config["eval_run"],
         # Editing the generation, prompt, scoring or stage code reruns the job; finished
         # generations are reused from the journal unless olmpipe.generate/prompts changed.
-        code=code_version(*GENERATE_CODE),
+        code=rule_code_version("generate"),
         # The model folder (an input) or a hub id (no file).
-        model_path=lambda wildcards, input: (
-            input.model if input.model else config["model"]["path"]
-        ),
+        model_path=model_path,
         out_dir=RUN_FOLDER,
         python=GENERATE_PYTHON,
         settings=GENERATE_SETTINGS,
     shell:
-        "{params.python:q} -m olmpipe.baseline --settings {params.settings:q}"
+        "{params.python:q} -m {params.entry} --settings {params.settings:q}"
         " --model {params.model_path:q} --pages {input.pages:q} --tests {input.tests:q}"
         " --out {params.out_dir:q} --threads {threads} > {log:q} 2>&1"

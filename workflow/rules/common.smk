@@ -1,14 +1,15 @@
-# Helpers shared by all rules. The logic lives in olmpipe.workflow (tested like the rest of the
-# package); this file only binds it to the validated config.
+# Helpers shared by all rules. The logic lives in the package (tested like the rest of it):
+# olmpipe.layout (bench folders, result paths) and olmpipe.codeversion (which package code reruns
+# which rule: `params: code=rule_code_version("<rule>")`); this file only binds it to the
+# validated config.
 from snakemake.exceptions import WorkflowError
 
-from olmpipe.workflow import (
-    RASTERIZE_CODE,
-    VALIDATE_CODE,
+from olmpipe.codeversion import rule_code_version
+from olmpipe.layout import (
     BenchLayoutError,
     benches,
-    code_version,
     model_dir,
+    model_input,
     pdf_files,
     bench_test_files,
 )
@@ -38,6 +39,28 @@ for _bench in BENCHES:
 
 # The model the stages load: results/model/tiny when model.path is "embedded".
 MODEL_DIR = model_dir(config)
+# The base model as an input of baseline_generate and train_seed: [MODEL_DIR] when it is a file
+# path (built or local), [] for a hub id, which is no file.
+MODEL_INPUT = model_input(config)
+
+
+def model_path(wildcards, input):
+    """The model a job loads (a params function): its `model` input, else the hub id."""
+    return input.model if input.model else MODEL_DIR
+
+
+def eval_run_outputs(run):
+    """The outputs of a generate-and-score run folder (olmpipe.eval_run's layout): `run` is
+    results/baseline/<model name> (baseline_generate) or results/evaluate/<model name>
+    (evaluate_generate)."""
+    return {
+        "candidate": directory(f"{run}/candidate"),
+        "generations": f"{run}/generations.jsonl",
+        "verdicts": f"{run}/verdicts.jsonl",
+        "scores": f"{run}/scores.json",
+        "scores_csv": f"{run}/scores.csv",
+        "summary": f"{run}/summary.json",
+    }
 
 
 def rasterize_input(wildcards):

@@ -13,6 +13,6 @@ rule build_model:
     params:
         tiny=config["model"]["tiny"],
         # editing the builder rebuilds the model and reruns every stage that uses it
-        code=code_version("olmpipe.tinymodel"),
+        code=rule_code_version("build_model"),
     script:
         "../scripts/build_model.py"

@@ -1,19 +1,17 @@
 # The report of a training run: plots (PNG) and one self-contained HTML page
 # (results/report/index.html). The plots, the comparison table and the page are also tagged for
 # `snakemake --report`. See olmpipe/plots.py and olmpipe/report.py.
-from olmpipe.report import REPORT_CODE
-
-# The final model of every seed (train_seed's output); the metrics.jsonl beside each, in
-# results/train/seed{seed}/, feeds the reward plot.
-TRAIN_SEED_MODELS = expand(
-    "results/train/seed{seed}/model", seed=config["train"]["seeds"]
+# The training metrics of every seed (train_seed's copy in its final model folder, written when the
+# seed has finished; see train.smk): they feed the reward plot.
+TRAIN_SEED_METRICS = expand(
+    rules.train_seed.output.metrics, seed=config["train"]["seeds"]
 )
 
 
 rule report_plots:
     input:
         comparison=rules.evaluate_compare.output.json,
-        seed_models=TRAIN_SEED_MODELS,
+        metrics=TRAIN_SEED_METRICS,
     output:
         rewards=report(
             "results/report/plots/rewards.png",
@@ -42,7 +40,7 @@ rule report_plots:
         mem_mb=2000,
         runtime=30,
     params:
-        code=code_version(*REPORT_CODE),
+        code=rule_code_version("report"),
     script:
         "../scripts/report_plots.py"
 
@@ -74,6 +72,6 @@ rule report_html:
         report=config["report"],
         # The whole run configuration is printed in the report.
         config=config,
-        code=code_version(*REPORT_CODE),
+        code=rule_code_version("report"),
     script:
         "../scripts/report_html.py"

@@ -25,7 +25,7 @@ rule synth_html:
         synth=SYNTH,
         # not an output: Snakemake would delete it before a rerun (see olmpipe/synth/source.py)
         journal=f"{SYNTH_DIR}/html-journal.jsonl",
-        code=code_version("olmpipe.synth.source", "olmpipe.rasterize"),
+        code=rule_code_version("synth_html"),
     run:
         run_stage("html", log[0], params.synth, out=output.html, journal=params.journal)
 
@@ -43,7 +43,7 @@ rule synth_render:
         runtime=120,
     params:
         synth={k: SYNTH[k] for k in ("seed", "rotate_share", "render_timeout_s")},
-        code=code_version("olmpipe.synth.render", "olmpipe.synth.bench"),
+        code=rule_code_version("synth_render"),
     run:
         run_stage("render", log[0], params.synth, html=input.html, out=output.render)
 
@@ -63,9 +63,7 @@ checkpoint synth_tests:
         runtime=60,
     params:
         synth={k: SYNTH[k] for k in ("seed", "tests", "test_timeout_s")},
-        code=code_version(
-            "olmpipe.synth.mine", "olmpipe.synth.bench", "olmpipe.bench.model"
-        ),
+        code=rule_code_version("synth_tests"),
     run:
         run_stage(
             "tests",

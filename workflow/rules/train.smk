@@ -1,22 +1,13 @@
 # Stage 4: GRPO training, one job per seed (wildcard `seed`), then the soup of the seeds' final
 # weights. See olmpipe/train/ and olmpipe/soup.py; targets: `train_seeds`, `soup`, `train` (Snakefile).
 #
-# Only the final model folder is a Snakemake output: checkpoints, metrics.jsonl/csv, completions/
-# and wandb/ live beside it in results/train/seed{seed}/ and survive a failed or preempted job
+# Only the final model folder (with the copy of the run's metrics in it) is a Snakemake output:
+# checkpoints, metrics.jsonl/csv, completions/ and wandb/ live beside it in results/train/seed{seed}/ and survive a failed or preempted job
 # (Snakemake deletes the outputs of failed jobs), so running the job again resumes (`train.resume:
 # auto`). A job stopped by SIGTERM checkpoints and exits with code 75.
-import os
-
 from olmpipe.launch import slurm_node_resources
 from olmpipe.plan import checked_launch_prefix
-from olmpipe.train.workflow import TRAIN_CODE, seed_config_json
-
-# The base model is an input when it is a file path (built or local); a hub id is no file.
-TRAIN_MODEL_INPUT = (
-    [MODEL_DIR]
-    if config["model"]["path"] == "embedded" or os.path.exists(MODEL_DIR)
-    else []
-)
+from olmpipe.train.jobconfig import seed_config_json
 
 
 wildcard_constraints:
@@ -25,11 +16,17 @@ wildcard_constraints:
 
 rule train_seed:
     input:
-        model=TRAIN_MODEL_INPUT,
+        model=MODEL_INPUT,
         pages=rules.validate.output.pages,
         tests=rules.validate.output.tests,
     output:
         model=directory("results/train/seed{seed}/model"),
+        # The run's metrics (report_plots reads them) as a declared output, yet resume-safe: the
+        # live results/train/seed{seed}/metrics.jsonl stays undeclared (Snakemake would delete it
+        # with a failed job's outputs, and a resumed run continues it); the trainer copies it beside
+        # the final model folder once that exists (olmpipe.records.metrics.final_metrics_path). So
+        # a failed or preempted job loses only this copy, and a rerun writes it again.
+        metrics="results/train/seed{seed}/model.metrics.jsonl",
     log:
         "logs/train_seed/seed{seed}.log",
     conda:
@@ -44,7 +41,7 @@ rule train_seed:
         runtime=config["resources"]["train"]["runtime"],
     params:
         # The model folder (an input) or a hub id (no file).
-        base_model=lambda wildcards, input: input.model if input.model else MODEL_DIR,
+        base_model=model_path,
         run_dir=lambda wildcards: f"results/train/seed{wildcards.seed}",
         # The sections training reads, reduced to this seed: adding a seed reruns no other seed.
         config=lambda wildcards: seed_config_json(config, int(wildcards.seed)),
@@ -56,8 +53,8 @@ rule train_seed:
             config, resources.gpu, MODEL_DIR
         ),
         # Editing the trainer, rewards or prompt code retrains every seed (not the bench engine:
-        # see olmpipe/train/workflow.py, TRAIN_CODE).
-        code=code_version(*TRAIN_CODE),
+        # see olmpipe/codeversion.py, RULE_CODE).
+        code=rule_code_version("train_seed"),
     shell:
         "exec {params.launch} --seed {wildcards.seed} --model {params.base_model:q}"
         " --pages {input.pages:q} --tests-dir {input.tests:q} --run-dir {params.run_dir:q}"
@@ -85,6 +82,6 @@ rule soup:
         runtime=60,
     params:
         soup=config["soup"],
-        code=code_version("olmpipe.soup"),
+        code=rule_code_version("soup"),
     script:
         "../scripts/soup.py"

@@ -24,6 +24,6 @@ rule validate:
         validate=config["validate"],
         # Editing this stage, the split or the test loader (olmpipe.bench.model/normalize) reruns
         # validate; edits to the scorer do not (see config/README.md, "Reruns").
-        code=code_version(*VALIDATE_CODE),
+        code=rule_code_version("validate"),
     script:
         "../scripts/validate.py"

@@ -8,11 +8,10 @@ logging.basicConfig(filename=snakemake.log[0], level=logging.INFO, force=True)  
 from olmpipe.compare import read_comparison
 from olmpipe.plots import write_plots
 
-seed_runs = [Path(m).parent for m in snakemake.input.seed_models]  # noqa: F821
 written = write_plots(
     read_comparison(snakemake.input.comparison),  # noqa: F821
-    # results/train/seed{seed}/model -> label seed{seed}, results/train/seed{seed}/metrics.jsonl
-    {run.name: run / "metrics.jsonl" for run in seed_runs},
+    # results/train/seed{seed}/model.metrics.jsonl (train_seed's copy) -> label seed{seed}
+    {Path(m).parent.name: Path(m) for m in snakemake.input.metrics},  # noqa: F821
     Path(snakemake.output.rewards).parent,  # noqa: F821
 )
 expected = {Path(p) for p in snakemake.output}  # noqa: F821

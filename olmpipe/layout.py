@@ -1,19 +1,16 @@
-"""Helpers the Snakemake rules call (through ``workflow/rules/common.smk``): bench discovery, paths, code versions.
+"""Where the workflow reads and writes: the bench folders of the config and the result paths.
 
-Kept in the package, not in the ``.smk`` files, so they are tested like any other code and the
-same paths are used when a stage runs without Snakemake.
+Kept in the package, not in the ``.smk`` files, so that the rules (through
+``workflow/rules/common.smk``) and the stages run without Snakemake (``python -m olmpipe.<stage>``)
+use the same paths, tested like any other code. Which code reruns which rule is
+:mod:`olmpipe.codeversion`.
 
-Code versions: Snakemake reruns a job when its ``params`` change, but it does not notice edits
-to imported package code. Each stage therefore passes ``params: code=code_version(...)``, a
-hash of the source of the ``olmpipe`` modules the stage uses; editing one of them reruns that
-stage and everything downstream, while edits elsewhere (comments in other modules, tests, docs)
-rerun nothing.
+    >>> model_dir({"model": {"path": "embedded"}})
+    'results/model/tiny'
 """
 
 from __future__ import annotations
 
-import hashlib
-import importlib.util
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -23,22 +20,12 @@ from typing import Any
 RESULTS = PurePosixPath("results")
 RASTERIZE_DIR = RESULTS / "rasterize"
 VALIDATE_DIR = RESULTS / "validate"
+#: The page index and the validated tests (rule ``validate``) that training and scoring read.
+PAGE_INDEX = VALIDATE_DIR / "pages.jsonl"
+VALIDATED_TESTS = VALIDATE_DIR / "tests"
 TINY_MODEL_DIR = RESULTS / "model" / "tiny"
-
-# The olmpipe modules whose source each stage's ``params: code=`` hashes (see code_version).
-# validate hashes the test loader but not the scorer: scoring edits must not rerun the chain.
-RASTERIZE_CODE = ("olmpipe.rasterize",)
-# Generation and scoring of eval pages: the baseline rule and the evaluate stage's generation rule
-# run the same code, so editing it reruns both (olmpipe.baseline, olmpipe.evaluate).
-GENERATE_CODE = ("olmpipe.baseline", "olmpipe.generate", "olmpipe.prompts", "olmpipe.bench")
-VALIDATE_CODE = (
-    "olmpipe.validate",
-    "olmpipe.split",
-    "olmpipe.workflow",
-    "olmpipe.rasterize",
-    "olmpipe.bench.model",
-    "olmpipe.bench.normalize",
-)
+#: The average of the seeds' final weights (rule ``soup``), the model the evaluate stage scores.
+SOUP_MODEL_DIR = RESULTS / "train" / "soup" / "model"
 
 
 @dataclass(frozen=True)
@@ -166,38 +153,23 @@ def model_dir(cfg: Mapping[str, Any]) -> str:
     return str(TINY_MODEL_DIR) if path == "embedded" else path
 
 
-def module_files(module: str) -> tuple[Path, list[Path]]:
-    """Base folder and source files of a module (one file) or a package (every ``.py`` below it).
+def model_input(cfg: Mapping[str, Any]) -> list[str]:
+    """The model folder as a rule input: ``[folder]`` when it is a file path (built or local), else ``[]``.
 
-    Found with ``importlib.util.find_spec``, so the module itself is not imported (its parent
-    packages are).
+    A hub id (``allenai/olmOCR-7B-0825``) is no file Snakemake could check; the embedded model's
+    folder does not exist before ``build_model`` runs but is still an input (its rule builds it).
+    A relative path is read from the working directory.
     """
-    spec = importlib.util.find_spec(module)
-    if spec is None:
-        raise ModuleNotFoundError(f"code_version: no module named {module!r}")
-    if spec.submodule_search_locations:  # a package (regular or namespace): all of it
-        bases = [Path(loc) for loc in spec.submodule_search_locations]
-        return bases[0], sorted(p for base in bases for p in base.rglob("*.py"))
-    if spec.origin is None:
-        raise ModuleNotFoundError(f"code_version: module {module!r} has no source file")
-    origin = Path(spec.origin)
-    return origin.parent, [origin]
+    path = model_dir(cfg)
+    return [path] if cfg["model"]["path"] == "embedded" or os.path.exists(path) else []
 
 
-def code_version(*modules: str) -> str:
-    """Short hash of the source of ``modules`` (dotted names; a package stands for all its files).
+def baseline_run_dir(cfg: Mapping[str, Any]) -> str:
+    """Run folder of the base model's generation and scores: ``results/baseline/<model.name>``."""
+    return str(RESULTS / "baseline" / cfg["model"]["name"])
 
-    Used as a rule parameter so that editing the code a stage runs reruns that stage:
 
-    >>> len(code_version("olmpipe.rasterize"))
-    16
-    """
-    digest = hashlib.sha256()
-    for module in sorted(set(modules)):
-        base, files = module_files(module)
-        for path in files:
-            rel = path.relative_to(base).as_posix() if path.is_relative_to(base) else path.name
-            digest.update(f"{module}:{rel}\0".encode())
-            digest.update(path.read_bytes())
-            digest.update(b"\0")
-    return digest.hexdigest()[:16]
+def evaluate_run_dir(cfg: Mapping[str, Any]) -> str:
+    """Run folder of the trained model's generation and scores (the baseline's layout):
+    ``results/evaluate/<model.name>``."""
+    return str(RESULTS / "evaluate" / cfg["model"]["name"])

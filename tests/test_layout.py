@@ -1,24 +1,24 @@
-"""Tests of olmpipe.workflow: bench discovery, paths and the code versions that drive reruns."""
+"""Tests of olmpipe.layout: bench discovery and result paths (and the bench layout errors in Snakemake)."""
 
 from __future__ import annotations
 
 import json
 import shutil
-import sys
 
 import pytest
-from benchdata import SAMPLE, make_blank_pdf
+from benchdata import REPO, SAMPLE, make_blank_pdf
 
 from olmpipe.config import validate_config
-from olmpipe.workflow import (
-    RASTERIZE_CODE,
-    VALIDATE_CODE,
+from olmpipe.layout import (
+    SOUP_MODEL_DIR,
     BenchLayoutError,
+    baseline_run_dir,
     bench_test_files,
     benches,
-    code_version,
     discover_pdfs,
+    evaluate_run_dir,
     model_dir,
+    model_input,
     page_dirs,
     pdf_files,
     pdf_path_for,
@@ -55,27 +55,21 @@ def test_model_dir():
     assert model_dir(validate_config({"model": {"path": "/models/qwen"}})) == "/models/qwen"
 
 
-def test_code_version_follows_the_source(tmp_path, monkeypatch):
-    package = tmp_path / "fakepkg"
-    (package / "sub").mkdir(parents=True)
-    (package / "__init__.py").write_text("")
-    (package / "stage.py").write_text("X = 1\n")
-    (package / "sub" / "__init__.py").write_text("")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    first = code_version("fakepkg.stage")
-    assert first == code_version("fakepkg.stage") and len(first) == 16
-    whole = code_version("fakepkg")
-    (package / "sub" / "helper.py").write_text("Y = 2\n")  # another module: the stage's hash stays
-    assert code_version("fakepkg.stage") == first and code_version("fakepkg") != whole
-    (package / "stage.py").write_text("X = 2\n")
-    assert code_version("fakepkg.stage") != first
-    assert "fakepkg.stage" not in sys.modules  # found, not imported
-    with pytest.raises(ModuleNotFoundError, match="no module named 'fakepkg.nope'"):
-        code_version("fakepkg.nope")
+def test_model_input_is_a_file_path_never_a_hub_id(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    # the embedded model is an input before it exists: build_model makes it
+    assert model_input(validate_config({})) == ["results/model/tiny"]
+    assert model_input(validate_config({"model": {"path": "allenai/olmOCR-7B-0825"}})) == []
+    (tmp_path / "models" / "qwen").mkdir(parents=True)
+    assert model_input(validate_config({"model": {"path": "models/qwen"}})) == ["models/qwen"]
 
 
-def test_stage_code_lists_resolve():
-    assert code_version(*RASTERIZE_CODE) != code_version(*VALIDATE_CODE)
+def test_run_folders_of_the_two_generation_stages():
+    cfg = validate_config({"model": {"name": "qwen"}})
+    assert (baseline_run_dir(cfg), evaluate_run_dir(cfg)) == ("results/baseline/qwen", "results/evaluate/qwen")
+    assert str(SOUP_MODEL_DIR) == "results/train/soup/model"
+    # the soup rule writes where the evaluate CLI reads by default
+    assert f'model=directory("{SOUP_MODEL_DIR}")' in (REPO / "workflow" / "rules" / "train.smk").read_text()
 
 
 def test_missing_bench_folder_says_so(tmp_path):

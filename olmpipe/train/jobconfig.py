@@ -1,4 +1,4 @@
-"""What the Snakemake train rules pass to a seed's job, and what makes a checkpoint resumable.
+"""A seed's training job config: what the ``train_seed`` rule passes to the job, and its fingerprint.
 
 :func:`seed_config` is the config a ``train_seed`` job receives (its ``params``): the sections
 training reads, reduced to that seed, so that adding a seed to ``train.seeds`` or changing another
@@ -14,11 +14,6 @@ from collections.abc import Mapping
 from copy import deepcopy
 from typing import Any
 
-#: Modules whose source reruns a training job when edited (``params: code`` of the train rule): the
-#: trainer, the rewards and the prompt. The unit-test engine (``olmpipe.bench``) is left out on
-#: purpose, as validate leaves out the scorer: a refactor there must not throw away days of GPU
-#: training; after a change of test semantics retrain with ``snakemake -R train_seed``.
-TRAIN_CODE = ("olmpipe.train", "olmpipe.rewards", "olmpipe.prompts")
 #: Sections of the config a training job reads.
 TRAIN_SECTIONS = ("model", "rewards", "train")
 

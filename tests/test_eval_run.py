@@ -1,4 +1,4 @@
-"""olmpipe.baseline: the stage's files, resume without regenerating, failures, and the real tiny model."""
+"""olmpipe.eval_run (the baseline and evaluate engine): the stage's files, resume without regenerating, failures, and the real tiny model."""
 
 from __future__ import annotations
 
@@ -8,15 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from olmpipe.baseline import (
-    BaselineError,
+from olmpipe.baseline import main
+from olmpipe.config import load_config
+from olmpipe.eval_run import (
+    EvalRunError,
     candidate_name,
     load_eval_tests,
     load_page_index,
-    main,
     run_generation_and_scoring,
 )
-from olmpipe.config import load_config
 from olmpipe.generate.base import Completion, GenerationBackend
 
 ANSWER = (
@@ -109,7 +109,7 @@ def stage(tmp_path, monkeypatch):
         + "\n"
     )
     cfg = load_config(
-        overrides={"generation": {"batch_size": 2, "repeats": 2}, "baseline": {"progress": False}}
+        overrides={"generation": {"batch_size": 2, "repeats": 2}, "eval_run": {"progress": False}}
     )
     return cfg, index, tests, Path("results/baseline/m")
 
@@ -234,7 +234,7 @@ def test_restarted_run_skips_finished_pages(stage):
 def test_complete_rerun_does_not_build_a_backend(stage, monkeypatch):
     cfg, index, tests, out = stage
     run(stage, EchoBackend())
-    from olmpipe import baseline
+    from olmpipe import eval_run as baseline
 
     def refuse(*args, **kwargs):
         raise AssertionError("no backend should be built when everything is finished")
@@ -267,7 +267,7 @@ def test_changed_settings_or_image_regenerate(stage):
     run(stage, changed, generation={"temperatures": [0.2, 0.8]})
     assert changed.seen == [("doc.pdf", 2, 1), ("doc.pdf", 2, 2)]
     fresh = EchoBackend()
-    run(stage, fresh, generation={"temperatures": [0.2, 0.8]}, baseline={"resume": False, "progress": False})
+    run(stage, fresh, generation={"temperatures": [0.2, 0.8]}, eval_run={"resume": False, "progress": False})
     assert len(fresh.seen) == 6
 
 
@@ -299,7 +299,7 @@ def test_pages_without_eos_are_failed_not_dropped(stage):
 def test_backend_errors_fail_the_stage_and_are_retried_next_time(stage):
     bad = {("sub/other.pdf", 1, 1)}
     with pytest.raises(
-        BaselineError, match="1 of 6 generations failed in the echo|1 of 6 generations failed"
+        EvalRunError, match="1 of 6 generations failed in the echo|1 of 6 generations failed"
     ):
         run(stage, EchoBackend(fail_keys=bad))
     retry = EchoBackend()
@@ -317,7 +317,7 @@ def test_tolerated_backend_errors_are_recorded(stage):
 
 
 def test_max_pages_limits_pages_and_tests(stage):
-    summary = run(stage, EchoBackend(), baseline={"max_pages": 1, "progress": False})
+    summary = run(stage, EchoBackend(), eval_run={"max_pages": 1, "progress": False})
     assert summary.pages == 1
     verdicts = [json.loads(line) for line in (stage[3] / "verdicts.jsonl").read_text().splitlines()]
     assert {v["test_id"] for v in verdicts} == {"t1", "doc.pdf_baseline"}
@@ -326,24 +326,24 @@ def test_max_pages_limits_pages_and_tests(stage):
 def test_page_index_errors_name_file_and_line(tmp_path):
     bad = tmp_path / "pages.jsonl"
     bad.write_text('{"pdf": "a.pdf", "page": 1, "image": "x.png", "split": "eval"}\nnot json\n')
-    with pytest.raises(BaselineError, match=r"pages.jsonl:2: not valid JSON"):
+    with pytest.raises(EvalRunError, match=r"pages.jsonl:2: not valid JSON"):
         load_page_index(bad)
     bad.write_text('{"pdf": "a.pdf", "page": 0, "image": "x.png", "split": "eval"}\n')
-    with pytest.raises(BaselineError, match=r"pages.jsonl:1: page must be a positive integer"):
+    with pytest.raises(EvalRunError, match=r"pages.jsonl:1: page must be a positive integer"):
         load_page_index(bad)
     bad.write_text('{"pdf": "a.pdf", "page": 1, "split": "eval"}\n')
-    with pytest.raises(BaselineError, match=r"pages.jsonl:1: page entry misses image"):
+    with pytest.raises(EvalRunError, match=r"pages.jsonl:1: page entry misses image"):
         load_page_index(bad)
-    with pytest.raises(BaselineError, match="cannot read the page index"):
+    with pytest.raises(EvalRunError, match="cannot read the page index"):
         load_page_index(tmp_path / "missing.jsonl")
 
 
 def test_missing_inputs_are_clear_errors(stage):
     _, index, _, out = stage
-    with pytest.raises(BaselineError, match="no \\*.jsonl test files"):
+    with pytest.raises(EvalRunError, match="no \\*.jsonl test files"):
         load_eval_tests(out / "nowhere", load_page_index(index))
     Path("results/rasterize/pages/doc/pg1.png").unlink()
-    with pytest.raises(BaselineError, match="pg1.png .*does not exist"):
+    with pytest.raises(EvalRunError, match="pg1.png .*does not exist"):
         run(stage, EchoBackend())
 
 
@@ -365,7 +365,7 @@ def test_tests_follow_the_page_index_file_map(stage):
         ("doc.pdf_baseline", "baseline"),
     ]
     pages[0] = {**pages[0], "jsonl_files": {"e1": "eval/missing.jsonl"}}
-    with pytest.raises(BaselineError, match="eval/missing.jsonl"):
+    with pytest.raises(EvalRunError, match="eval/missing.jsonl"):
         load_eval_tests(tests, pages)
 
 
@@ -460,7 +460,7 @@ def test_pipeline_mode_retries_rotated_pages_and_counts_them(stage):
     counts = json.loads((out / "summary.json").read_text())["pipeline"]
     assert counts["rotation_retried"] == 2 and counts["rotated_by_angle"] == {"90": 2}
     assert counts["fallback"] == 1 and counts["accepted"] == 5 and summary.pipeline == counts
-    from olmpipe.baseline import read_pipeline_counts
+    from olmpipe.eval_run import read_pipeline_counts
 
     assert read_pipeline_counts(out) == counts
     again = TurnedPageBackend()
@@ -469,7 +469,7 @@ def test_pipeline_mode_retries_rotated_pages_and_counts_them(stage):
 
 
 def test_pipeline_mode_off_keeps_records_summary_and_fingerprint(stage):
-    from olmpipe import baseline
+    from olmpipe import eval_run as baseline
 
     run(stage, EchoBackend())
     out = stage[3]
@@ -501,7 +501,7 @@ def test_pipeline_mode_with_the_tiny_model_on_a_rotated_sample_page(stage, tiny_
     from PIL import Image
 
     from olmpipe.generate.transformers_backend import TransformersBackend
-    from olmpipe.tinymodel import load_model_and_processor
+    from olmpipe.modelload import load_model_and_processor
 
     out = stage[3]
     sample = Path(__file__).resolve().parents[1] / "data/bench/olmocr-sample/pdfs/olmo2-pg4.pdf"
@@ -542,7 +542,7 @@ def test_pipeline_mode_with_the_tiny_model_on_a_rotated_sample_page(stage, tiny_
     backend = Orienting()
     pipeline = {**PIPELINE_ON["pipeline"], "max_page_retries": 2, "fallback": "pdfium"}
     summary = run(stage, backend, generation={"max_new_tokens": 4, "repeats": 1, "pipeline": pipeline},
-                  baseline={"progress": False})  # fmt: skip
+                  eval_run={"progress": False})  # fmt: skip
     gens = [json.loads(line) for line in (out / "generations.jsonl").open()]
     turned = gens[0]
     assert [a["rotation"] for a in turned["attempts"]] == [0, 90] and turned["pipeline"]["rotation"] == 90

@@ -1,0 +1,121 @@
+"""Which package code reruns which Snakemake rule: one table, and the hash a rule passes as a param.
+
+Snakemake reruns a job when its ``params`` change, but it does not notice edits to imported package
+code. Each rule therefore passes ``params: code=rule_code_version("<rule>")``, a hash of the source
+of the ``olmpipe`` modules listed for it in :data:`RULE_CODE`; editing one of them reruns that rule
+and everything downstream, while edits elsewhere (modules no rule lists, tests, docs) rerun nothing.
+
+    rule validate:
+        params:
+            code=rule_code_version("validate"),
+
+A list names what the rule's job runs, minus code left out on purpose (said next to the entry):
+a module that moves or is renamed moves with it, so a finished results folder reruns only the
+rules whose listed code really changed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+from collections.abc import Mapping
+from pathlib import Path
+from types import MappingProxyType
+
+#: Rule (or group of rules running the same code) -> the modules whose source its ``params: code``
+#: hashes. A package stands for every ``.py`` file below it. Read-only.
+RULE_CODE: Mapping[str, tuple[str, ...]] = MappingProxyType({
+    # synth_html renders the pages it writes through the rasterizer.
+    "synth_html": ("olmpipe.synth.source", "olmpipe.rasterize"),
+    "synth_render": ("olmpipe.synth.render", "olmpipe.synth.bench"),
+    "synth_tests": ("olmpipe.synth.mine", "olmpipe.synth.bench", "olmpipe.bench.model"),
+    # Editing olmpipe/rasterize.py re-renders every page (the page manifests record this hash).
+    # Every rule lists the olmpipe.records modules through which it writes its files: they own the
+    # formats the next stage reads.
+    "rasterize": ("olmpipe.rasterize", "olmpipe.records.files"),
+    # The test loader (olmpipe.bench.model/normalize) but not the scorer: scoring edits must not
+    # rerun the chain.
+    "validate": (
+        "olmpipe.validate",
+        "olmpipe.split",
+        "olmpipe.layout",
+        "olmpipe.rasterize",
+        "olmpipe.bench.model",
+        "olmpipe.bench.normalize",
+        "olmpipe.records.files",
+        "olmpipe.records.pages",
+    ),
+    # The tiny model's builder and the processor class and chat template it saves (olmpipe.modelload).
+    "build_model": ("olmpipe.tinymodel", "olmpipe.modelload"),
+    # Generation and scoring of the eval pages: baseline_generate and evaluate_generate run the same
+    # code, so editing it reruns both (their entry points olmpipe.baseline, olmpipe.evaluate are thin).
+    "generate": ("olmpipe.eval_run", "olmpipe.generate", "olmpipe.prompts", "olmpipe.bench", "olmpipe.records"),
+    # train_seed: the trainer, the rewards and the prompt. The unit-test engine (olmpipe.bench) is
+    # left out on purpose, as validate leaves out the scorer: a refactor there must not throw away
+    # days of GPU training; after a change of test semantics retrain with `snakemake -R train_seed`.
+    "train_seed": ("olmpipe.train", "olmpipe.rewards", "olmpipe.prompts", "olmpipe.records"),
+    "soup": ("olmpipe.soup", "olmpipe.records.files"),
+    # The comparison (not the trained model's generation: editing the statistics or guards reruns
+    # only the comparison and the report).
+    "evaluate_compare": ("olmpipe.evaluate", "olmpipe.compare", "olmpipe.stats", "olmpipe.guards", "olmpipe.records"),
+    # report_plots and report_html: editing a plot or the page reruns only the report.
+    "report": (
+        "olmpipe.report",
+        "olmpipe.report_html",
+        "olmpipe.plots",
+        "olmpipe.bench.describe",
+        "olmpipe.bench.model",
+        "olmpipe.records",
+    ),
+})
+
+
+def rule_code_version(name: str) -> str:
+    """:func:`code_version` of the modules :data:`RULE_CODE` lists for rule (or rule group) ``name``.
+
+    >>> rule_code_version("rasterize") == code_version("olmpipe.rasterize")
+    True
+    """
+    try:
+        modules = RULE_CODE[name]
+    except KeyError:
+        raise KeyError(f"rule_code_version: no code list for {name!r}; add it to RULE_CODE "
+                       f"(known: {', '.join(sorted(RULE_CODE))})") from None
+    return code_version(*modules)
+
+
+def module_files(module: str) -> tuple[Path, list[Path]]:
+    """Base folder and source files of a module (one file) or a package (every ``.py`` below it).
+
+    Found with ``importlib.util.find_spec``, so the module itself is not imported (its parent
+    packages are).
+    """
+    spec = importlib.util.find_spec(module)
+    if spec is None:
+        raise ModuleNotFoundError(f"code_version: no module named {module!r}")
+    if spec.submodule_search_locations:  # a package (regular or namespace): all of it
+        bases = [Path(loc) for loc in spec.submodule_search_locations]
+        return bases[0], sorted(p for base in bases for p in base.rglob("*.py"))
+    if spec.origin is None:
+        raise ModuleNotFoundError(f"code_version: module {module!r} has no source file")
+    origin = Path(spec.origin)
+    return origin.parent, [origin]
+
+
+def code_version(*modules: str) -> str:
+    """Short hash of the source of ``modules`` (dotted names; a package stands for all its files).
+
+    Used as a rule parameter so that editing the code a stage runs reruns that stage:
+
+    >>> len(code_version("olmpipe.rasterize"))
+    16
+    """
+    digest = hashlib.sha256()
+    for module in sorted(set(modules)):
+        base, files = module_files(module)
+        for path in files:
+            rel = path.relative_to(base).as_posix() if path.is_relative_to(base) else path.name
+            digest.update(f"{module}:{rel}\0".encode())
+            digest.update(path.read_bytes())
+            digest.update(b"\0")
+    return digest.hexdigest()[:16]

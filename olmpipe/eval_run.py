@@ -1,0 +1,554 @@
+"""The generate-and-score engine of the baseline and evaluate stages: one model over the eval pages.
+
+    olmpipe baseline --model results/model/tiny          # stage 3 (olmpipe.baseline)
+    olmpipe evaluate --model results/train/soup/model    # stage 5 (olmpipe.evaluate)
+
+:func:`run_generation_and_scoring` reads the ``eval`` split of the page index
+(``results/validate/pages.jsonl``) and the validated tests (``results/validate/tests/*.jsonl``),
+makes the model answer every page ``generation.repeats`` times with the configured backend, and
+writes to one run folder (``results/baseline/<model name>/`` for the base model,
+``results/evaluate/<model name>/`` for the trained one). The config sections ``generation`` and
+``eval_run`` steer it for both stages, so the two runs never differ in settings.
+
+- ``generations.jsonl``: the raw generations (one line per pdf/page/repeat: text, front matter,
+  finish reason, token counts, every attempt, timings, failed flag);
+- ``candidate/<pdf path without .pdf>_pg<page>_repeat<k>.md``: the page texts in olmOCR-Bench's
+  candidate layout, so its own ``benchmark.py`` can score them;
+- ``scores.json`` / ``scores.csv`` (overall, per test type, per JSONL file, 95% interval) and
+  ``verdicts.jsonl`` (one line per test and repeat), from :mod:`olmpipe.bench`;
+- ``summary.json``: run statistics (pages, EOS share, valid front matter share, failed pages,
+  tokens, throughput; in the pipeline-compatible mode also ``pipeline``: pages retried on a
+  rotated image, kept rotations, fallback pages, see :func:`olmpipe.generate.pipeline.pipeline_counts`);
+- ``rotated/``: the rotated page images of the pipeline-compatible mode's rotation retries.
+
+Resume: every batch of records is appended to the journal ``generations.journal.jsonl`` as soon as
+it exists. A new run with ``eval_run.resume`` keeps the journal lines whose settings fingerprint
+(decoding settings, backend, model identity, prompt, generation code), page image hash and key
+match, and generates only the rest; generations that failed in the backend are retried. The
+journal is not a Snakemake output on purpose: Snakemake deletes a job's declared outputs before it
+runs and after it fails, so ``generations.jsonl`` (a declared output) is written in one piece at
+the end, from the journal.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import sys
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from olmpipe.codeversion import code_version
+from olmpipe.generate import (
+    DecodingSettings,
+    GenerationBackend,
+    GenerationError,
+    PipelineMode,
+    PipelineSettings,
+    backend_identity,
+    iter_generate,
+    make_backend,
+    make_requests,
+)
+from olmpipe.generate.base import FAILURE_ERROR
+from olmpipe.generate.decoding import settings_fingerprint
+from olmpipe.generate.pipeline import pipeline_counts
+from olmpipe.records.files import atomic_writer, file_sha256, read_journal, write_json
+from olmpipe.records.generations import (
+    GENERATIONS_NAME,
+    JOURNAL_NAME,
+    GenerationRecord,
+    append_generations,
+    write_generations,
+)
+from olmpipe.records.pages import read_page_index
+from olmpipe.records.verdicts import VERDICTS_NAME, write_verdicts
+
+logger = logging.getLogger(__name__)
+
+#: Package code whose edits invalidate finished generations (see :func:`run_fingerprint`).
+GENERATION_CODE = ("olmpipe.generate", "olmpipe.prompts")
+
+
+class EvalRunError(RuntimeError):
+    """Bad stage input (page index, tests) or a run with too many backend failures."""
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """What one generation-and-scoring run did; also written to ``summary.json``."""
+
+    model: str
+    backend: str
+    pages: int
+    repeats: int
+    generations: int
+    reused: int
+    generated: int
+    failed_no_eos: int
+    failed_error: int
+    eos_share: float
+    front_matter_valid_share: float
+    completion_tokens: int
+    generation_seconds: float
+    pages_per_s: float
+    model_seconds: float
+    overall: float | None
+    pipeline: dict[str, Any] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``summary.json`` object; ``pipeline`` only when the pipeline-compatible mode ran."""
+        data = asdict(self)
+        if data["pipeline"] is None:
+            del data["pipeline"]
+        return data
+
+
+def read_pipeline_counts(run_dir: str | Path) -> dict[str, Any] | None:
+    """The pipeline-mode counts of a run folder's ``summary.json`` (None: mode off, or no summary)."""
+    path = Path(run_dir) / "summary.json"
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        logger.warning("%s: no readable run summary (%s)", path, exc)
+        return None
+    counts = data.get("pipeline") if isinstance(data, dict) else None  # absent when the mode was off
+    return counts if isinstance(counts, dict) else None
+
+
+# ---------------------------------------------------------------- inputs
+
+
+def load_page_index(path: str | Path, split: str = "eval") -> list[dict[str, Any]]:
+    """The page index entries of ``split`` (each with ``pdf``, ``page``, ``image``), sorted by pdf and page.
+
+    Raises :class:`EvalRunError` naming the file and line of a malformed entry.
+    """
+    records = read_page_index(path, error=EvalRunError, split=split)
+    pages = {(str(r["pdf"]), r["page"]): r for r in records}
+    return [pages[k] for k in sorted(pages)]
+
+
+def load_eval_tests(tests_dir: str | Path, pages: Sequence[Mapping[str, Any]]) -> list[Any]:
+    """The validated tests of the given pages, plus olmOCR-Bench's automatic baseline tests.
+
+    The files are those the page entries name in ``jsonl_files`` (paths under ``tests_dir``, e.g.
+    ``dataset.jsonl`` or ``eval/dataset.jsonl`` for a separate eval bench); entries without that
+    map fall back to every top-level ``*.jsonl``. A test is kept when its page is among ``pages``
+    and, where the entry lists ``test_ids``, its id is listed for that page. The file name is the
+    test's JSONL category. A PDF without a ``baseline`` test gets one on page 1 when that page is
+    scored, as olmOCR-Bench's benchmark does.
+    """
+    from olmpipe.bench import baseline_tests_for, load_tests
+
+    tests_dir = Path(tests_dir)
+    named = sorted({str(f) for p in pages for f in (p.get("jsonl_files") or {}).values()})
+    files = [tests_dir / f for f in named] if named else sorted(tests_dir.glob("*.jsonl"))
+    if not files:
+        raise EvalRunError(f"{tests_dir}: no *.jsonl test files; run the validate stage")
+    missing = [str(f) for f in files if not f.is_file()]
+    if missing:
+        raise EvalRunError(
+            f"{tests_dir}: test file(s) named by the page index do not exist: {', '.join(missing)}"
+        )
+    wanted = {(str(p["pdf"]), int(p["page"])): p for p in pages}
+    tests = []
+    for file in files:
+        rel = file.relative_to(tests_dir).as_posix()
+        for t in load_tests(file):
+            entry = wanted.get((t.pdf, t.page))
+            if entry is None:
+                continue
+            if "test_ids" in entry and t.id not in entry["test_ids"]:
+                continue
+            if (entry.get("jsonl_files") or {}).get(t.id, rel) != rel:
+                continue
+            tests.append(t)
+    pdfs = sorted({pdf for pdf, _ in wanted})
+    extra = [t for t in baseline_tests_for(pdfs, tests) if (t.pdf, t.page) in wanted]
+    return tests + extra
+
+
+# ---------------------------------------------------------------- journal
+
+
+def run_fingerprint(generation: Mapping[str, Any], model_path: str | Path) -> str:
+    """The fingerprint a finished generation must carry to be reused by a resumed run.
+
+    The pipeline-compatible mode's settings enter only when it is on, so that runs made with it
+    off keep the fingerprint they had before the mode existed (for the same code version).
+    """
+    extra: dict[str, Any] = {"code": code_version(*GENERATION_CODE)}
+    pipeline = PipelineSettings.from_config(generation)
+    if pipeline.enabled:
+        extra["pipeline"] = pipeline.fingerprint_fields()
+    return settings_fingerprint(
+        DecodingSettings.from_config(generation), backend_identity(generation, model_path), extra
+    )
+
+
+def pdf_paths(pages: Sequence[Mapping[str, Any]]) -> dict[str, str]:
+    """pdf -> the PDF file (``<bench_dir>/pdfs/<pdf>``) of page index entries that name their bench."""
+    return {
+        str(p["pdf"]): str(Path(str(p["bench_dir"])) / "pdfs" / str(p["pdf"]))
+        for p in pages
+        if "bench_dir" in p
+    }
+
+
+def reusable_records(
+    journal: Path, fingerprint: str, image_hashes: Mapping[str, str], keys: set[tuple[str, int, int]]
+) -> dict[tuple[str, int, int], GenerationRecord]:
+    """Finished generations of ``journal`` that a run with ``fingerprint`` may reuse, by key.
+
+    A line is reused when its settings fingerprint and page image hash match and it did not fail
+    in the backend; later lines win. The journal is rewritten to exactly the reused lines when
+    anything else was in it, so it never mixes settings.
+    """
+    rows = read_journal(journal)
+    kept: dict[tuple[str, int, int], GenerationRecord] = {}
+    for row in rows:
+        try:
+            record = GenerationRecord.from_json(row)
+        except (ValueError, TypeError) as exc:
+            logger.warning("%s: ignoring a malformed generation record (%s)", journal, exc)
+            continue
+        if (
+            record.key in keys
+            and record.settings == fingerprint
+            and record.image_sha256 == image_hashes.get(record.image)
+            and record.failure != FAILURE_ERROR
+        ):
+            kept[record.key] = record
+        else:
+            kept.pop(record.key, None)
+    if rows and len(kept) != len(rows):
+        logger.info(
+            "%s: keeping %d of %d earlier generations (others: other settings, images or failures)",
+            journal,
+            len(kept),
+            len(rows),
+        )
+        write_generations(journal, kept.values())
+    return kept
+
+
+# ---------------------------------------------------------------- outputs
+
+
+def candidate_name(pdf: str, page: int, repeat: int) -> str:
+    """olmOCR-Bench's candidate file name: ``<pdf path without .pdf>_pg<page>_repeat<k>.md``."""
+    stem = pdf[: -len(".pdf")] if pdf.lower().endswith(".pdf") else pdf
+    return f"{stem}_pg{page}_repeat{repeat}.md"
+
+
+def write_candidate(folder: Path, records: Iterable[GenerationRecord]) -> int:
+    """Rewrite ``folder`` to hold exactly one ``.md`` per record (its page text); returns the count."""
+    if folder.exists():
+        shutil.rmtree(folder)
+    count = 0
+    for record in records:
+        target = folder / candidate_name(record.pdf, record.page, record.repeat)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(record.text, encoding="utf-8")
+        count += 1
+    return count
+
+
+def _score_and_write(tests: Sequence[Any], records: Sequence[GenerationRecord], out_dir: Path) -> Any:
+    """Score the page texts with the unit-test engine; write scores.json/.csv and verdicts.jsonl."""
+    from olmpipe.bench import score_candidate
+
+    score = score_candidate(tests, {r.key: r.text for r in records})
+    write_json(out_dir / "scores.json", score.to_json())
+    write_scores_csv(out_dir / "scores.csv", score)
+    write_verdicts(out_dir / VERDICTS_NAME, score.verdicts)
+    return score
+
+
+def write_scores_csv(path: Path, score: Any) -> None:
+    """``scores.csv``: one row per scope (overall, each test type, each JSONL file) with its test count.
+
+    The 95% interval (bootstrap within JSONL files, as olmOCR-Bench does) exists for the overall
+    score only.
+    """
+    import csv
+
+    total = sum(n for _, n in score.jsonl_counts.values())
+    rows = [["overall", "overall", score.overall, total, score.ci95[0], score.ci95[1]]]
+    rows += [
+        ["type", name, value, score.type_counts.get(name, ""), "", ""]
+        for name, value in score.by_type.items()
+    ]
+    rows += [
+        ["jsonl", name, value, score.jsonl_counts.get(name, (0, ""))[1], "", ""]
+        for name, value in score.by_jsonl.items()
+    ]
+    with atomic_writer(path, newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(["scope", "name", "score", "tests", "ci95_low", "ci95_high"])
+        writer.writerows(rows)
+
+
+def summarize(
+    records: Sequence[GenerationRecord],
+    *,
+    model: str,
+    backend: str,
+    pages: int,
+    repeats: int,
+    reused: int,
+    seconds: float,
+    model_seconds: float,
+    overall: float | None,
+) -> RunSummary:
+    """Run statistics over all records (reused ones included); throughput over the generated ones."""
+    n = len(records)
+    generated = n - reused
+    return RunSummary(
+        model=model,
+        backend=backend,
+        pages=pages,
+        repeats=repeats,
+        generations=n,
+        reused=reused,
+        generated=generated,
+        failed_no_eos=sum(r.failed and r.failure != FAILURE_ERROR for r in records),
+        failed_error=sum(r.failure == FAILURE_ERROR for r in records),
+        eos_share=round(sum(r.finish_reason == "stop" for r in records) / n, 4) if n else 0.0,
+        front_matter_valid_share=round(sum(r.front_matter is not None for r in records) / n, 4) if n else 0.0,
+        completion_tokens=sum(r.completion_tokens for r in records),
+        generation_seconds=round(seconds, 3),
+        pages_per_s=round(generated / seconds, 4) if seconds > 0 and generated else 0.0,
+        model_seconds=round(model_seconds, 3),
+        overall=overall,
+        pipeline=pipeline_counts(records),
+    )
+
+
+# ---------------------------------------------------------------- the run
+
+
+def _progress(total: int, enabled: bool):
+    from tqdm import tqdm
+
+    return tqdm(
+        total=total,
+        unit="page",
+        desc="generating",
+        disable=not enabled or total == 0,
+        dynamic_ncols=True,
+        mininterval=1.0,
+        file=sys.stderr,
+    )
+
+
+def _generate_missing(
+    backend: GenerationBackend,
+    todo: Sequence[Any],
+    settings: DecodingSettings,
+    journal: Path,
+    done: dict[tuple[str, int, int], GenerationRecord],
+    *,
+    image_hashes: Mapping[str, str],
+    model: str,
+    fingerprint: str,
+    progress: bool,
+    pipeline: PipelineMode | None = None,
+) -> tuple[float, float]:
+    """Generate ``todo``, appending each batch to ``journal`` and ``done``; returns (wall s, model s)."""
+    t0 = time.perf_counter()
+    model_before = backend.model_seconds
+    failed = 0
+    with _progress(len(todo), progress) as bar:
+        for batch in iter_generate(
+            backend,
+            todo,
+            settings,
+            image_hashes=image_hashes,
+            model=model,
+            fingerprint=fingerprint,
+            pipeline=pipeline,
+        ):
+            append_generations(journal, batch)
+            done.update((record.key, record) for record in batch)
+            failed += sum(r.failed for r in batch)
+            bar.update(len(batch))
+            bar.set_postfix(failed=failed, refresh=False)
+    return time.perf_counter() - t0, backend.model_seconds - model_before
+
+
+def run_generation_and_scoring(
+    cfg: Mapping[str, Any],
+    model_path: str | Path,
+    pages_index: str | Path,
+    tests_dir: str | Path,
+    out_dir: str | Path,
+    threads: int = 1,
+    *,
+    model_name: str | None = None,
+    backend: GenerationBackend | None = None,
+) -> RunSummary:
+    """Generate the eval pages of ``pages_index`` with ``model_path`` and score them into ``out_dir``.
+
+    The single code path of the baseline and evaluate stages: ``cfg`` is a validated config (its
+    ``generation`` and ``baseline`` sections are used), ``threads`` the job's CPU cores (torch gets
+    all of them but one, which the transformers backend's page encoder uses).
+    ``backend`` replaces the one the config names (tests, benchmarks, reusing a loaded model); it
+    is built only when there is something left to generate, and closed afterwards only if built
+    here. Raises :class:`EvalRunError` for bad inputs or when more than
+    ``generation.max_error_fraction`` of the generations failed in the backend (the journal is
+    written first, so the next run retries only those).
+    """
+    generation, stage = cfg["generation"], cfg["eval_run"]
+    settings = DecodingSettings.from_config(generation)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    name = model_name or cfg["model"]["name"]
+
+    pages = load_page_index(pages_index, split="eval")
+    if stage["max_pages"] is not None:
+        pages = pages[: stage["max_pages"]]
+    if not pages:
+        raise EvalRunError(f"{pages_index}: no eval pages to score (check bench.split / bench.eval_dir)")
+    tests = load_eval_tests(tests_dir, pages)
+    for page in pages:
+        if not Path(page["image"]).is_file():
+            raise EvalRunError(
+                f"{pages_index}: page image {page['image']} ({page['pdf']} page {page['page']}) "
+                "does not exist; rerun the rasterize stage"
+            )
+    image_hashes = {str(p["image"]): file_sha256(p["image"], 16) for p in pages}
+    requests = make_requests(pages, settings.repeats)
+    keys = {r.key for r in requests}
+
+    fingerprint = run_fingerprint(generation, model_path)
+    journal = out / JOURNAL_NAME
+    if not stage["resume"] and journal.exists():
+        journal.unlink()
+    done = reusable_records(journal, fingerprint, image_hashes, keys)
+    todo = [r for r in requests if r.key not in done]
+    logger.info(
+        "%s: %d pages x %d repeats = %d generations; %d reused, %d to generate with %s",
+        name,
+        len(pages),
+        settings.repeats,
+        len(requests),
+        len(done),
+        len(todo),
+        generation["backend"],
+    )
+
+    seconds = model_seconds = 0.0
+    if todo:
+        owned = backend is None
+        if owned:
+            import torch
+
+            # One of the job's cores goes to the transformers backend's page encoder, which
+            # prepares the next batch while the current one generates.
+            encoder = 1 if generation["backend"] == "transformers" and threads > 1 else 0
+            torch.set_num_threads(max(1, int(threads) - encoder))
+            backend = make_backend(generation, model_path)
+        try:
+            seconds, model_seconds = _generate_missing(
+                backend,
+                todo,
+                settings,
+                journal,
+                done,
+                image_hashes=image_hashes,
+                model=name,
+                fingerprint=fingerprint,
+                progress=stage["progress"],
+                pipeline=PipelineMode(
+                    PipelineSettings.from_config(generation), out / "rotated", pdf_paths(pages)
+                ),
+            )
+        finally:
+            if owned:
+                backend.close()
+
+    records = [done[r.key] for r in requests]
+    errors = [r for r in records if r.failure == FAILURE_ERROR]
+    if errors and len(errors) / len(records) > generation["max_error_fraction"]:
+        first = errors[0]
+        raise EvalRunError(
+            f"{len(errors)} of {len(records)} generations failed in the {generation['backend']} backend "
+            f"(more than generation.max_error_fraction={generation['max_error_fraction']}); first: "
+            f"{first.pdf} page {first.page} repeat {first.repeat}: {first.error}. Fix the cause and rerun: "
+            "finished pages are kept"
+        )
+    write_generations(out / GENERATIONS_NAME, records)  # this run's records, in order
+    write_candidate(out / "candidate", records)
+    score = _score_and_write(tests, records, out)
+    summary = summarize(
+        records,
+        model=name,
+        backend=generation["backend"],
+        pages=len(pages),
+        repeats=settings.repeats,
+        reused=len(requests) - len(todo),
+        seconds=seconds,
+        model_seconds=model_seconds,
+        overall=getattr(score, "overall", None),
+    )
+    write_json(out / "summary.json", summary.to_json())
+    logger.info(
+        "%s: %d generations (%d new, %.3f pages/s), %d without EOS, %d backend errors; overall %.4f",
+        name,
+        summary.generations,
+        summary.generated,
+        summary.pages_per_s,
+        summary.failed_no_eos,
+        summary.failed_error,
+        summary.overall or 0.0,
+    )
+    if summary.pipeline:
+        logger.info(
+            "%s: pipeline mode: %d accepted, %d retried on a rotated image, %d kept a rotation, "
+            "%d kept the last valid answer, %d fell back",
+            name,
+            summary.pipeline["accepted"],
+            summary.pipeline["rotation_retried"],
+            summary.pipeline["rotated"],
+            summary.pipeline["last_valid"],
+            summary.pipeline["fallback"],
+        )
+    return summary
+
+
+def config_from_settings(settings: str, overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The validated config whose sections are those of ``settings``, a JSON object, plus ``overrides``.
+
+    How the workflow hands its already validated sections (``model``, ``generation``, ``baseline``,
+    Snakemake's ``--config`` overrides included) to ``python -m olmpipe.baseline`` and
+    ``python -m olmpipe.evaluate`` through ``shell:`` rules; sections not given get schema defaults.
+    Raises :class:`olmpipe.config.ConfigError` naming the problem.
+    """
+    from olmpipe.config import ConfigError, deep_update, validate_config
+
+    try:
+        raw = json.loads(settings)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"--settings: not valid JSON: {exc}") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"--settings: must be a JSON object of config sections, got {type(raw).__name__}")
+    return validate_config(deep_update(raw, overrides or {}))
+
+
+def run_logged(*args: Any, **kwargs: Any) -> int:
+    """:func:`run_generation_and_scoring` (same arguments) for a command line: 0, or 1 with one logged line.
+
+    The ``main`` of both stage entry points (:mod:`olmpipe.baseline`, :mod:`olmpipe.evaluate`) ends here.
+    """
+    try:
+        run_generation_and_scoring(*args, **kwargs)
+    except (EvalRunError, GenerationError) as exc:
+        logger.error("%s", exc)
+        return 1
+    return 0

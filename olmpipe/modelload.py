@@ -1,0 +1,146 @@
+"""Load a Qwen2.5-VL model folder (a real checkpoint or the embedded tiny one) and its processor.
+
+Every stage that runs a model loads it here: the transformers generation backend, the trainer, the
+vLLM backend's processor; :mod:`olmpipe.tinymodel` only builds the tiny model (and saves the
+processor class defined here).
+
+    model, processor = load_model_and_processor("results/model/tiny", dtype="bfloat16")
+
+Facts this module works around (transformers 5.x on a CPU-only torch without torchvision): the
+stock Qwen2.5-VL processor requires a video processor, which needs torchvision; the
+:class:`ImageOnlyQwen25VLProcessor` subclass takes none and uses the PIL image processor. It saves
+itself as the stock processor (``processor_class: Qwen2_5_VLProcessor`` with a video processor
+section), so that vLLM, whose Qwen2.5-VL code loads the full processor through ``AutoProcessor``,
+can load the folder where torchvision is installed (docs/vllm.md).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+# A Qwen2-VL style chat template: string or list content, images as vision placeholders. The tiny
+# model's tokenizer carries it; the loader falls back to it for a folder whose tokenizer has none.
+CHAT_TEMPLATE = (
+    "{% for message in messages %}"
+    "<|im_start|>{{ message['role'] }}\n"
+    "{% if message['content'] is string %}{{ message['content'] }}"
+    "{% else %}{% for part in message['content'] %}"
+    "{% if part['type'] == 'image' or 'image' in part or 'image_url' in part %}"
+    "<|vision_start|><|image_pad|><|vision_end|>"
+    "{% elif part['type'] == 'text' %}{{ part['text'] }}{% endif %}"
+    "{% endfor %}{% endif %}"
+    "<|im_end|>\n"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+# The video section of the saved processor (transformers' Qwen2VLVideoProcessor defaults of
+# Qwen2.5-VL-7B-Instruct's video_preprocessor_config.json). The image-only processor never sees
+# videos, but the stock processor, which vLLM loads, cannot be built without one.
+VIDEO_PROCESSOR = {
+    "video_processor_type": "Qwen2VLVideoProcessor",
+    "do_convert_rgb": True,
+    "do_normalize": True,
+    "do_rescale": True,
+    "do_resize": True,
+    "image_mean": [0.48145466, 0.4578275, 0.40821073],
+    "image_std": [0.26862954, 0.26130258, 0.27577711],
+    "merge_size": 2,
+    "patch_size": 14,
+    "temporal_patch_size": 2,
+    "rescale_factor": 0.00392156862745098,
+    "size": {"longest_edge": 12845056, "shortest_edge": 3136},
+    "resample": 3,
+}
+
+
+def _processor_class():
+    from transformers import ProcessorMixin
+    from transformers.models.qwen2_5_vl.processing_qwen2_5_vl import Qwen2_5_VLProcessor
+
+    class ImageOnlyQwen25VLProcessor(Qwen2_5_VLProcessor):
+        """Qwen2.5-VL processor without a video processor (so no torchvision is needed)."""
+
+        def __init__(self, image_processor=None, tokenizer=None, chat_template=None, **kwargs):
+            self.image_token = "<|image_pad|>"
+            self.video_token = "<|video_pad|>"
+            self.image_token_id = tokenizer.convert_tokens_to_ids(self.image_token)
+            self.video_token_id = tokenizer.convert_tokens_to_ids(self.video_token)
+            ProcessorMixin.__init__(self, image_processor, tokenizer, chat_template=chat_template)
+
+        def to_dict(self):
+            """Saved as the stock processor (with a video section) so stock loaders (vLLM) read it."""
+            out = super().to_dict()
+            out["processor_class"] = "Qwen2_5_VLProcessor"
+            out.setdefault("video_processor", dict(VIDEO_PROCESSOR))
+            return out
+
+        def save_pretrained(self, save_directory, *args, **kwargs):
+            """Save as :class:`Qwen2_5_VLProcessor` would, tokenizer config included."""
+            saved = super().save_pretrained(save_directory, *args, **kwargs)
+            tok_config = Path(save_directory) / "tokenizer_config.json"
+            if tok_config.exists():
+                data = json.loads(tok_config.read_text(encoding="utf-8"))
+                if data.get("processor_class") == type(self).__name__:
+                    data["processor_class"] = "Qwen2_5_VLProcessor"
+                    tok_config.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n",
+                                          encoding="utf-8")
+            return saved
+
+    return ImageOnlyQwen25VLProcessor
+
+
+def image_only_processor_class():
+    """The processor class used when the stock one cannot be built (no torchvision)."""
+    cls = _processor_class()
+    cls.__module__ = __name__
+    return cls
+
+
+def load_processor(path: str | Path):
+    """Load the processor of a model folder or hub id.
+
+    Tries the stock ``AutoProcessor`` first (real checkpoints on a machine with torchvision), then
+    the image-only processor, which needs no torchvision.
+    """
+    from transformers import AutoProcessor, AutoTokenizer
+    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
+
+    path = str(path)
+    if not (Path(path) / "olmpipe_tiny.json").exists():
+        try:
+            return AutoProcessor.from_pretrained(path)
+        except (ImportError, ValueError, TypeError, OSError) as exc:
+            logger.info("stock processor unavailable for %s (%s); using the image-only processor", path, exc)
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    image_processor = Qwen2VLImageProcessorPil.from_pretrained(path)
+    chat_template = getattr(tokenizer, "chat_template", None) or CHAT_TEMPLATE
+    template_file = Path(path) / "chat_template.jinja"
+    if template_file.exists():
+        chat_template = template_file.read_text(encoding="utf-8")
+    return image_only_processor_class()(image_processor=image_processor, tokenizer=tokenizer,
+                                        chat_template=chat_template)
+
+
+def load_model_and_processor(path: str | Path, *, dtype: Any = None, device: Any = None):
+    """Load a Qwen2.5-VL model folder (the embedded tiny one or a real checkpoint) and its processor.
+
+    ``dtype`` is a torch dtype or its name (``"bfloat16"``); default float32 on CPU, bfloat16 on GPU.
+    """
+    import torch
+    from transformers import Qwen2_5_VLForConditionalGeneration
+
+    if device is None:
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if dtype is None:
+        dtype = torch.bfloat16 if str(device).startswith("cuda") else torch.float32
+    elif isinstance(dtype, str):
+        dtype = getattr(torch, dtype)
+    model = Qwen2_5_VLForConditionalGeneration.from_pretrained(str(path), dtype=dtype).to(device)
+    model.eval()
+    return model, load_processor(path)
