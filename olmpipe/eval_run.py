@@ -128,9 +128,8 @@ def load_page_index(path: str | Path, split: str = "eval") -> list[dict[str, Any
 
     Raises :class:`EvalRunError` naming the file and line of a malformed entry.
     """
-    records = read_page_index(path, error=EvalRunError, split=split)
-    pages = {(str(r["pdf"]), r["page"]): r for r in records}
-    return [pages[k] for k in sorted(pages)]
+    records = read_page_index(path, error=EvalRunError, split=split)  # (pdf, page) pairs are unique
+    return sorted(records, key=lambda r: (str(r["pdf"]), r["page"]))
 
 
 def load_eval_tests(tests_dir: str | Path, pages: Sequence[Mapping[str, Any]]) -> list[Any]:

@@ -20,11 +20,9 @@ from typing import Any
 
 from olmpipe.records.files import iter_jsonl
 
-#: Keys whose values measure time or hash code, at any depth, never compared.
-IGNORED_KEYS = frozenset({
-    "time", "seconds", "step_time", "generation_seconds", "model_seconds", "pages_per_s",
-    "train_runtime", "train_samples_per_second", "train_steps_per_second", "settings_fingerprint",
-})
+#: Keys whose values measure time, at any depth, never compared: a metrics row's ``time`` and
+#: ``step_time``, a generation's (and each attempt's) ``seconds``, a summary's throughput figures.
+IGNORED_KEYS = frozenset({"time", "step_time", "seconds", "generation_seconds", "model_seconds", "pages_per_s"})
 #: Files compared, as globs under the results folder; ``settings`` is ignored in generations only.
 JSONL_FILES = (
     "validate/pages.jsonl",

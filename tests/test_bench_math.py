@@ -17,27 +17,17 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.browser import NEEDS_CHROMIUM
 
 from olmpipe.bench import mathcompare
 from olmpipe.bench.katex import TIMEOUT_ERROR, KatexRenderer, RenderResult, render_problems
-from olmpipe.bench.mathbrowser import BrowserNotFoundError, find_chromium
+from olmpipe.bench.mathbrowser import BrowserNotFoundError
 from olmpipe.bench.mathcache import MathCache, cache_key, default_cache_dir
 from olmpipe.bench.mathtest import check_math, equations_in
 
-
-def _chromium_available() -> bool:
-    try:
-        find_chromium()
-    except BrowserNotFoundError:
-        return False
-    return True
-
-
-needs_browser = (pytest.mark.browser,
-                 pytest.mark.skipif(not _chromium_available(), reason="headless Chromium not installed"))
-
-
 # ----------------------------------------------------------------------------- equation extraction
+
+
 def _reference_equations(content: str, ignore_dollar_delimited: bool = False) -> list[str]:
     """The reference's regex loop (olmocr 0.4.27 MathTest.run), as the oracle."""
     patterns = [r"\\\((.+?)\\\)", r"\\\[(.+?)\\\]"]
@@ -274,8 +264,8 @@ def test_missing_browser_is_a_clear_error(tmp_path):
         renderer.render("x")
 
 
-@needs_browser[0]
-@needs_browser[1]
+@NEEDS_CHROMIUM[0]
+@NEEDS_CHROMIUM[1]
 @pytest.mark.parametrize("tmpdir_length", ["short", "long"])
 def test_browser_starts_leave_nothing_in_the_temporary_folder(tmp_path, monkeypatch, tmpdir_length):
     """Chromium's own org.chromium.Chromium.* folder goes with the profile, on close and on kill;
@@ -315,8 +305,8 @@ def renderer(tmp_path_factory):
         yield r
 
 
-@needs_browser[0]
-@needs_browser[1]
+@NEEDS_CHROMIUM[0]
+@NEEDS_CHROMIUM[1]
 class TestRenderer:
     def test_render_many_in_order_with_errors(self, renderer):
         results = renderer.render_many(["x^2", r"\notacommand", "x^2", r"\frac{a}{b}"])

@@ -10,21 +10,12 @@ from __future__ import annotations
 import time
 
 import pytest
+from support.browser import NEEDS_CHROMIUM
 
 from olmpipe.bench.katex import KatexRenderer
-from olmpipe.bench.mathbrowser import BrowserNotFoundError, find_chromium
 from olmpipe.bench.mathtest import check_math
 
-
-def _chromium() -> bool:
-    try:
-        find_chromium()
-    except BrowserNotFoundError:
-        return False
-    return True
-
-
-pytestmark = [pytest.mark.browser, pytest.mark.skipif(not _chromium(), reason="headless Chromium not installed")]
+pytestmark = NEEDS_CHROMIUM
 
 MATH = r"e^{i \pi}+1=0"
 BUDGET = 5.0  # seconds per check; generous for a loaded 2-core machine

@@ -12,27 +12,19 @@ import json
 from pathlib import Path
 
 import pytest
+from support.browser import NEEDS_CHROMIUM
 
 from olmpipe.bench.katex import KatexRenderer
-from olmpipe.bench.mathbrowser import BrowserNotFoundError, find_chromium
 from olmpipe.bench.mathtest import check_math
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "bench"
 PARITY = SHARED / "parity-dev"
 
 
-def _chromium() -> bool:
-    try:
-        find_chromium()
-    except BrowserNotFoundError:
-        return False
-    return True
-
 
 pytestmark = [
-    pytest.mark.browser,
+    *NEEDS_CHROMIUM,
     pytest.mark.skipif(not (PARITY / "results.jsonl").is_file(), reason="shared/bench/parity-dev not present"),
-    pytest.mark.skipif(not _chromium(), reason="headless Chromium not installed"),
 ]
 
 

@@ -10,10 +10,10 @@ import base64
 import json
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from support.localhttp import LocalHttpServer, QuietHandler
 
 from olmpipe.generate import DecodingSettings, GenerationError, decode_batch, make_backend, make_requests
 from olmpipe.generate.base import PageRequest, Sampling
@@ -26,7 +26,7 @@ ANSWER = (
 )
 
 
-class FakeServer:
+class FakeServer(LocalHttpServer):
     """A chat-completions endpoint; ``script`` is consumed one behaviour per request (last one repeats)."""
 
     def __init__(self):
@@ -35,10 +35,7 @@ class FakeServer:
         self.lock = threading.Lock()
         owner = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args):
-                pass
-
+        class Handler(QuietHandler):
             def do_POST(self):
                 body = self.rfile.read(int(self.headers["Content-Length"]))
                 with owner.lock:
@@ -51,15 +48,11 @@ class FakeServer:
                 except (BrokenPipeError, ConnectionResetError):
                     pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.thread = threading.Thread(
-            target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-        )
+        super().__init__(Handler)
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+        return f"{self.base_url}/v1"
 
     @staticmethod
     def respond(handler, behaviour):
@@ -101,14 +94,6 @@ class FakeServer:
             send(200, b"{}")
         else:
             raise AssertionError(behaviour)
-
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.server.shutdown()
-        self.server.server_close()
 
 
 @pytest.fixture()

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pypdfium2 as pdfium
 import pytest
+from support.browser import NEEDS_CHROMIUM
 
 from olmpipe.bench.cli import main as bench_main
-from olmpipe.bench.mathbrowser import BrowserNotFoundError, find_chromium
 from olmpipe.config import load_config
 from olmpipe.prompts import parse_page_output
 from olmpipe.synth.bench import build_bench, check_tests, render_pages
@@ -20,15 +20,8 @@ from olmpipe.synth.source import collect_html
 REPO = Path(__file__).resolve().parents[1]
 
 
-def _chromium() -> bool:
-    try:
-        find_chromium()
-    except BrowserNotFoundError:
-        return False
-    return True
 
-
-pytestmark = [pytest.mark.browser, pytest.mark.skipif(not _chromium(), reason="headless Chromium not installed")]
+pytestmark = NEEDS_CHROMIUM
 
 
 def synth_config(**overrides):

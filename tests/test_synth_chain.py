@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from support.browser import chromium_available
 
 from olmpipe.cli import COMMANDS
 from olmpipe.synth.chain import SYNTH_BENCH_DIR, bench_section, stage_params
@@ -62,11 +63,7 @@ def test_dry_run_with_synth_enabled_plans_synth_then_training_and_evaluation(tmp
 @pytest.mark.slow
 @pytest.mark.browser
 def test_synth_target_then_validate_trains_on_synthetic_and_evaluates_on_real_pages(tmp_path):
-    from olmpipe.bench.mathbrowser import BrowserNotFoundError, find_chromium
-
-    try:
-        find_chromium()
-    except BrowserNotFoundError:
+    if not chromium_available():
         pytest.skip("headless Chromium not installed")
     write_config(tmp_path, enabled=True)
     snakemake(tmp_path, "validate")

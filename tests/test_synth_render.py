@@ -2,25 +2,17 @@
 
 from __future__ import annotations
 
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pypdfium2 as pdfium
 import pytest
+from support.browser import chromium_available
+from support.localhttp import LocalHttpServer, QuietHandler
 
-from olmpipe.bench.mathbrowser import BrowserNotFoundError, find_chromium
 from olmpipe.synth.render import HtmlRenderer, RenderRefused, rotate_pdf, sanitize
 
 REPO = Path(__file__).resolve().parents[1]
 
-
-def _chromium() -> bool:
-    try:
-        find_chromium()
-    except BrowserNotFoundError:
-        return False
-    return True
 
 
 def pdf_text(data: bytes) -> tuple[str, int, tuple[float, float]]:
@@ -32,17 +24,14 @@ def pdf_text(data: bytes) -> tuple[str, int, tuple[float, float]]:
         doc.close()
 
 
-class CountingServer:
+class CountingServer(LocalHttpServer):
     """An HTTP server on 127.0.0.1 that records every request it gets (none is expected)."""
 
     def __init__(self):
         self.hits: list[str] = []
         owner = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args):
-                pass
-
+        class Handler(QuietHandler):
             def do_GET(self):
                 owner.hits.append(self.path)
                 self.send_response(200)
@@ -52,21 +41,11 @@ class CountingServer:
 
             do_POST = do_GET
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05},
-                                       daemon=True)
+        super().__init__(Handler)
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}"
-
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.server.shutdown()
-        self.server.server_close()
+        return self.base_url
 
 
 def test_sanitize_removes_what_could_run_or_fetch():
@@ -83,7 +62,7 @@ def test_sanitize_removes_what_could_run_or_fetch():
 
 @pytest.fixture(scope="module")
 def renderer():
-    if not _chromium():
+    if not chromium_available():
         pytest.skip("headless Chromium not installed")
     with HtmlRenderer(timeout_s=60) as r:
         yield r

@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import json
 import shutil
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from support.localhttp import LocalHttpServer, QuietHandler
 
 from olmpipe.config import load_config
 from olmpipe.synth.source import collect_html, extract_html, read_index
@@ -22,7 +21,7 @@ def synth_config(**overrides):
     return load_config(overrides={"synth": overrides})["synth"]
 
 
-class HtmlServer:
+class HtmlServer(LocalHttpServer):
     """Chat completions answering ``answer`` (a fenced HTML block by default); records each request."""
 
     def __init__(self, answer: str = f"Here it is:\n```html\n{PAGE_HTML}\n```\n"):
@@ -30,10 +29,7 @@ class HtmlServer:
         self.received: list[dict] = []
         owner = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args):
-                pass
-
+        class Handler(QuietHandler):
             def do_POST(self):
                 owner.received.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
                 body = json.dumps({"choices": [{"message": {"content": owner.answer}, "finish_reason": "stop"}],
@@ -44,21 +40,11 @@ class HtmlServer:
                 self.end_headers()
                 self.wfile.write(body)
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05},
-                                       daemon=True)
+        super().__init__(Handler)
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.server.shutdown()
-        self.server.server_close()
+        return f"{self.base_url}/v1"
 
 
 def test_html_files_bad_ones_skipped_with_file_line_and_reason(tmp_path):

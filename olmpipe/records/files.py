@@ -29,7 +29,7 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
+    tmp = staging_path(path)
     try:
         yield tmp
         os.replace(tmp, path)
@@ -48,10 +48,15 @@ def atomic_writer(path: str | Path, *, newline: str | None = None) -> Iterator[I
         yield fh
 
 
-def staging_dir(path: str | Path) -> Path:
-    """A fresh, empty ``<path>.tmp`` folder to build a folder in before :func:`publish_dir` names it ``path``."""
+def staging_path(path: str | Path) -> Path:
+    """``<path>.tmp``: where a file or folder is built before it replaces ``path``."""
     path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
+    return path.with_name(path.name + ".tmp")
+
+
+def staging_dir(path: str | Path) -> Path:
+    """A fresh, empty :func:`staging_path` folder to build a folder in before :func:`publish_dir` names it ``path``."""
+    tmp = staging_path(path)
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     return tmp

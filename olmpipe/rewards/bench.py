@@ -36,7 +36,6 @@ verdicts (:mod:`olmpipe.rewards.bench_metrics`).
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Iterable, Sequence
 from typing import Any, Self
@@ -209,7 +208,7 @@ class BenchReward:
             if text is None:  # nothing to score: every test fails, counted as an error
                 stats.no_text += 1
                 rewards[i] = 0.0
-                details[i] = json.dumps({"error": f"completion is {type(completion).__name__}, not text"})
+                details[i] = error_json(f"completion is {type(completion).__name__}, not text")
                 continue
             jobs.append((scored_text(text, self.score_text), tests))
             rows.append(i)

@@ -26,7 +26,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from olmpipe.records.files import atomic_write, publish_dir, staging_dir, write_json
+from olmpipe.records.files import atomic_write, publish_dir, staging_dir, staging_path, write_json
 from olmpipe.records.metrics import METRICS_JSONL, final_metrics_path, truncate_metrics
 from olmpipe.train.callbacks import (
     EXIT_PREEMPTED,
@@ -116,7 +116,7 @@ def _write_final(save_weights: Callable[[Path], None], processor: Any, final_dir
     output, while the live file beside the checkpoints stays undeclared so that a failed job's
     cleanup never deletes what a resumed run continues.
     """
-    tmp = final_dir.with_name(final_dir.name + ".tmp")
+    tmp = staging_path(final_dir)  # made fresh by the main process, filled by every rank
     if is_main:
         staging_dir(final_dir)
     barrier()
