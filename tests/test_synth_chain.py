@@ -5,12 +5,14 @@ the real one; the `synth` target builds the embedded bench for real (slow)."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 from support.browser import chromium_available
+from support.leftovers import run_marked
 
 from olmpipe.cli import COMMANDS
 from olmpipe.synth.chain import SYNTH_BENCH_DIR, bench_section, stage_params
@@ -27,11 +29,11 @@ def snakemake(workdir: Path, *args: str) -> subprocess.CompletedProcess:
     return proc
 
 
-def write_config(workdir: Path, enabled: bool) -> None:
+def write_config(workdir: Path, enabled: bool, html_dir: Path = REPO / "data/synth") -> None:
     (workdir / "config").mkdir(parents=True, exist_ok=True)
     (workdir / "config/config.yaml").write_text(
         f"bench:\n  dir: {SAMPLE}\nrasterize:\n  longest_side: 48\nvalidate:\n  check_math: false\n"
-        f"synth:\n  enabled: {str(enabled).lower()}\n  html_dir: {REPO / 'data/synth'}\n")
+        f"synth:\n  enabled: {str(enabled).lower()}\n  html_dir: {html_dir}\n")
 
 
 def test_bench_section_swaps_in_the_synthetic_bench_only_when_enabled():
@@ -81,3 +83,36 @@ def test_synth_target_then_validate_trains_on_synthetic_and_evaluates_on_real_pa
     assert "rule synth_" not in text and "rule rasterize" not in text
     third = snakemake(tmp_path, "validate")
     assert "Job stats" not in third.stdout + third.stderr
+
+
+#: Safety net only: a hung stage used to run until killed; a failing one now ends in about 10-25 s.
+HANG_LIMIT_S = 240
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("failure", ["html", "render", "tests"])
+def test_a_failing_synth_stage_fails_the_workflow_and_leaves_no_process(tmp_path, failure):
+    """A failure in each stage under `snakemake --cores 2 synth`: the workflow exits 1 with the stage's
+    reason (the install hint when Chromium is missing) and no process of the run survives it. On
+    1d966ff each of these hung: the stage raised SystemExit inside the nested `--target-jobs` job."""
+    env = dict(os.environ)
+    pages = tmp_path / "pages"
+    if failure == "html":  # synth_html: html_dir is not a folder
+        expected = "synth_html: synth.html_dir"
+    elif failure == "render":  # synth_render: Chromium is missing
+        pages.mkdir()
+        (pages / "a.html").write_text("<p>Some text that would make a test.</p>")
+        env["OLMPIPE_CHROMIUM"] = str(tmp_path / "no-such-chromium")
+        expected = "apt-get install chromium"
+    else:  # synth_tests: no page yields a test (an empty folder: no browser is started)
+        pages.mkdir()
+        expected = "synth_tests: no page of"
+    write_config(tmp_path, enabled=False, html_dir=pages)
+    cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "-d", str(tmp_path),
+           "--cores", "2", "synth"]
+    run = run_marked(cmd, timeout=HANG_LIMIT_S, env=env)
+    assert run.returncode is not None, f"snakemake did not end within {HANG_LIMIT_S} s:\n{run.output[-3000:]}"
+    assert run.returncode == 1, run.output[-3000:]
+    assert expected in run.output, run.output[-3000:]
+    assert "Exception in worker" not in run.output
+    assert run.survivors == []

@@ -50,17 +50,37 @@ def source_files(synth: Mapping[str, Any]) -> list[str]:
     return sorted(str(p) for p in Path(folder).rglob("*") if p.is_file() and p.suffix.lower() in suffixes)
 
 
+class SynthStageError(RuntimeError):
+    """A synth stage failed under Snakemake; the message names the stage, the reason and the log."""
+
+
 def run_stage(stage: str, log_path: str, synth: Mapping[str, Any], **paths: str) -> None:
-    """Run one synth stage for a Snakemake rule, logging to ``log_path``; a failure raises SystemExit
-    with the reason (Snakemake shows it and keeps the log)."""
+    """Run one synth stage for a Snakemake rule's ``run:`` block, logging to ``log_path``.
+
+    A failure raises :class:`SynthStageError` (an ``Exception``) with the reason, never
+    ``SystemExit``. Snakemake runs a ``run:`` job in a nested ``snakemake --target-jobs ...
+    --force-use-threads`` process (snakemake 9.27 ``executors/local.py:174-186,226-233``;
+    ``snakemake_interface_executor_plugins/executors/real.py:103``), where the block runs in a
+    thread-pool worker whose done-callback handles ``KeyboardInterrupt``, ``SpawnedJobError`` and
+    ``Exception`` only (``executors/local.py:263-280``). Any other ``BaseException`` leaves the
+    callback, which Python's ``Future._invoke_callbacks`` does not catch either
+    (``concurrent/futures/_base.py:337-342``): the worker thread dies ("Exception in worker"), the
+    job is never reported failed, and both Snakemake processes wait for it forever.
+    """
     import logging
 
     from olmpipe.bench.mathbrowser import BrowserError
     from olmpipe.synth.bench import build_bench, render_pages
     from olmpipe.synth.source import collect_html
 
-    logging.basicConfig(filename=log_path, level=logging.INFO, force=True,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # The stage's own loggers only: the root logger belongs to the Snakemake process running the job.
+    package = logging.getLogger("olmpipe")
+    handler = logging.FileHandler(log_path, encoding="utf-8")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    level = package.level
+    package.addHandler(handler)
+    package.setLevel(logging.INFO)
+    log = logging.getLogger("olmpipe.synth")
     try:
         if stage == "html":
             collect_html(synth, paths["out"], journal_path=paths["journal"])
@@ -69,5 +89,15 @@ def run_stage(stage: str, log_path: str, synth: Mapping[str, Any], **paths: str)
         else:
             build_bench(paths["html"], paths["render"], paths["out"], paths["report"], synth)
     except (OSError, ValueError, RuntimeError, BrowserError) as exc:
-        logging.getLogger("olmpipe.synth").error("%s", exc)
-        raise SystemExit(f"synth_{stage}: {exc} (log: {log_path})") from None
+        log.error("%s", exc)
+        raise SynthStageError(f"synth_{stage}: {exc} (log: {log_path})") from None
+    except Exception as exc:
+        log.exception("synth_%s failed", stage)
+        raise SynthStageError(f"synth_{stage}: {type(exc).__name__}: {exc} (log: {log_path})") from exc
+    except SystemExit as exc:  # a library calling sys.exit(): report it as a failure of this job
+        log.error("synth_%s: exited with %r", stage, exc.code)
+        raise SynthStageError(f"synth_{stage}: exited with {exc.code!r} (log: {log_path})") from None
+    finally:
+        package.removeHandler(handler)
+        package.setLevel(level)
+        handler.close()
