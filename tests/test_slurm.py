@@ -19,6 +19,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from support.gate import StepGate
 from support.slurm import ClusterSpec, LocalSlurmCluster, parse_key_values, unavailable_reason
 
 # tests that start the cluster carry this marker; the profile and config checks run everywhere
@@ -317,7 +318,7 @@ def test_gpu_rules_get_gpus_memory_and_time_from_slurm(cluster: LocalSlurmCluste
 
 # The embedded default on 3 small PDFs: tiny model, 48 px pages, no KaTeX, a few tiny GRPO steps
 # (one CPU thread, so the SLURM and the local run compute the same numbers). Seeds 1 and 2 are the
-# preemption test's runs: more steps, a checkpoint after each.
+# preemption test's runs: two steps more than seed 0, so that each resumed run trains on.
 WORKFLOW_CONFIG = """\
 bench:
   dir: bench
@@ -330,9 +331,9 @@ train:
   max_pages: 2
   seed_overrides:
     - seed: 1
-      grpo: {max_steps: 8}
+      grpo: {max_steps: 4}
     - seed: 2
-      grpo: {max_steps: 8}
+      grpo: {max_steps: 4}
   wandb:
     mode: disabled
   grpo:
@@ -419,7 +420,6 @@ def test_embedded_workflow_runs_every_job_through_sbatch(cluster: LocalSlurmClus
 
 
 @slurm
-@slurm
 def test_slurm_outputs_match_a_local_run(slurm_workflow) -> None:
     workdir, _, local = slurm_workflow
     for rel in COMPARED:
@@ -448,20 +448,21 @@ def wait_for(predicate, timeout: float, what: str, proc: subprocess.Popen | None
     raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
 
 
-def assert_resumed(workdir: Path, seed: int, steps: int = 8) -> None:
+def assert_resumed(workdir: Path, seed: int, steps: int = 4) -> None:
     """The seed's final run resumed from a checkpoint and logged every step exactly once."""
     run_dir = workdir / "results" / "train" / f"seed{seed}"
     log = (workdir / "logs" / "train_seed" / f"seed{seed}.log").read_text()
     assert "resuming from" in log, log[-3000:]
     resumed_step = int(log.split("resuming from", 1)[1].split("(step ", 1)[1].split(")", 1)[0])
-    assert 1 <= resumed_step < steps
+    assert resumed_step == 1  # the step the gated trainer stopped after
     logged = [json.loads(line)["step"] for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line]
     assert logged == list(range(1, steps + 1)), logged  # continued, not restarted or duplicated
     assert json.loads((run_dir / "model" / "olmpipe_train.json").read_text())["steps"] == steps
 
 
 @slurm
-def test_preempted_training_resumes_from_its_checkpoint(cluster: LocalSlurmCluster, slurm_workflow) -> None:
+def test_preempted_training_resumes_from_its_checkpoint(cluster: LocalSlurmCluster, slurm_workflow,
+                                                        tmp_path: Path) -> None:
     """Two training jobs interrupted mid-run, the two ways SLURM stops a job, both resumed:
 
     - seed 1 is requeued (``scontrol requeue``, what ``PreemptMode=REQUEUE`` does): SIGTERM, the
@@ -469,27 +470,35 @@ def test_preempted_training_resumes_from_its_checkpoint(cluster: LocalSlurmClust
     - seed 2 gets SIGTERM (``scancel --signal=TERM``, what ``--signal``/walltime does): the trainer
       checkpoints and exits 75, the job fails, Snakemake deletes its declared outputs and submits it
       again (profile ``retries: 1``); the checkpoints, outside the outputs, survive.
+
+    Each trainer waits after step 1 until the test has signalled it and seen it take the signal
+    (tests/support/gate.py, through the jobs' exported environment), so however fast the machine
+    trains, both stop after step 1 and resume from ``checkpoint-1``.
     """
     workdir, _, _ = slurm_workflow  # upstream stages are done: only the two train_seed jobs run
+    gate = StepGate(tmp_path / "gate")
     # mtime only: code edited since the first run must not rerun the upstream stages here
     cmd, env = snakemake_command("-s", str(REPO / "Snakefile"), "results/train/seed1/model",
                                  "results/train/seed2/model", "--rerun-triggers", "mtime", timeout=540)
+    env.update(gate.env(env))  # sbatch exports the whole environment (--export=ALL) to the jobs
     proc = subprocess.Popen(cmd, cwd=workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        def running_job(seed: int):
+        def running_job(seed: int) -> str:
             jobs = [j for j in jobs_for(cluster, workdir)
                     if j["Comment"] == f"rule_train_seed_wildcards_{seed}" and j["JobState"] == "RUNNING"]
-            return jobs[0]["JobId"] if jobs else None
+            assert len(jobs) == 1, jobs
+            return jobs[0]["JobId"]
 
-        def checkpointed(seed: int) -> bool:
-            return (workdir / "results" / "train" / f"seed{seed}" / "checkpoint-1" / "trainer_state.json").exists()
-
-        requeued = wait_for(lambda: running_job(1), 300, "seed 1's training job to run", proc)
-        wait_for(lambda: checkpointed(1), 300, "seed 1's first checkpoint", proc)
+        gate.wait_reached("seed1", proc, timeout=300)
+        requeued = running_job(1)
         subprocess.run(["scontrol", "requeue", requeued], check=True, capture_output=True, text=True)
-        terminated = wait_for(lambda: running_job(2), 300, "seed 2's training job to run", proc)
-        wait_for(lambda: checkpointed(2), 300, "seed 2's first checkpoint", proc)
+        gate.wait_signalled("seed1", proc)
+        gate.release("seed1")
+        gate.wait_reached("seed2", proc, timeout=300)
+        terminated = running_job(2)
         subprocess.run(["scancel", "--signal=TERM", terminated], check=True, capture_output=True, text=True)
+        gate.wait_signalled("seed2", proc)
+        gate.release("seed2")
 
         # SLURM holds a requeued job back ~2 minutes (begin time); release it as soon as it is pending
         def released() -> bool:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from support.gate import StepGate
 from trainkit import LowIdReward, make_page_index
 
 from olmpipe.config import load_config
@@ -123,14 +124,18 @@ def test_sigterm_checkpoints_and_exits_with_preempted_code(tmp_path, tiny_model_
     """SIGTERM (SLURM preemption) saves a checkpoint after the current step and exits with 75."""
     run = tmp_path / "seed0"
     cmd = _command(tmp_path, tiny_model_dir, run, "disabled")
-    proc = subprocess.Popen(cmd, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    _wait_for(run / "metrics.jsonl", proc)  # training has started (step 1 logged)
-    proc.send_signal(signal.SIGTERM)
-    _, err = proc.communicate(timeout=300)
-    assert proc.returncode == EXIT_PREEMPTED, err[-3000:]
-    saved = max(int(p.name.split("-")[1]) for p in run.glob("checkpoint-*"))
-    assert 1 <= saved < 6 and not (run / "model").exists()
-    assert max(r["step"] for r in read_metrics(run / "metrics.jsonl")) == saved
+    gate = StepGate(tmp_path / "gate")  # the trainer waits after step 1 until released
+    with open(tmp_path / "first.log", "w") as log:
+        proc = subprocess.Popen(cmd, env={**_env(), **gate.env()}, stdout=log, stderr=subprocess.STDOUT)
+        gate.wait_reached(run.name, proc)
+        proc.send_signal(signal.SIGTERM)
+        gate.wait_signalled(run.name, proc)
+        gate.release(run.name)
+        proc.wait(timeout=300)
+    assert proc.returncode == EXIT_PREEMPTED, (tmp_path / "first.log").read_text()[-3000:]
+    assert sorted(p.name for p in run.glob("checkpoint-*")) == ["checkpoint-1"]  # the step it stopped after
+    assert not (run / "model").exists()
+    assert max(r["step"] for r in read_metrics(run / "metrics.jsonl")) == 1
     done = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=600, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
     assert [r["step"] for r in read_metrics(run / "metrics.jsonl")] == [1, 2, 3, 4, 5, 6]
