@@ -61,6 +61,12 @@ VALID_ROTATIONS = (0, 90, 180, 270)
 #: PyYAML takes ~1 s on 2,000 nested ``[``. Blocks beyond them are invalid; olmOCR would parse them.
 MAX_FRONT_MATTER_CHARS = 2048
 MAX_FRONT_MATTER_BRACKETS = 64
+#: Most YAML nodes a block may stand for once every alias is counted as a copy of what it names.
+#: A well-formed block has 11 (a mapping of five pairs); nine levels of nine aliases in 556
+#: characters stand for 9**9 (~387 million), whose ``repr`` in an error message took 44 s and 3.6 GB.
+MAX_FRONT_MATTER_NODES = 256
+#: Longest value shown in an error message about a front matter field.
+_MAX_SHOWN_CHARS = 80
 _KEY_LINE = re.compile(r"^\s*[A-Za-z_][A-Za-z0-9_]*\s*:")
 
 
@@ -147,10 +153,77 @@ class PageOutput:
         return self.error is None
 
 
+class _AliasBombError(yaml.YAMLError):
+    """A YAML document whose aliases stand for more than :data:`MAX_FRONT_MATTER_NODES` nodes."""
+
+
+class BoundedSafeLoader(yaml.SafeLoader):
+    """PyYAML's ``SafeLoader`` that refuses documents whose aliases expand past a node budget.
+
+    ``yaml.safe_load`` builds an alias as a reference to the object its anchor names, so nine levels
+    of ``[*a, *a, ...]`` cost nothing to load -- but every later ``repr``, ``==`` or walk of the value
+    visits each copy (the "billion laughs"). After composing, the document's node graph is counted
+    with every alias expanded (memoized, so the count itself is linear in the document); past
+    :data:`MAX_FRONT_MATTER_NODES`, or on a recursive alias, loading raises ``yaml.YAMLError``
+    before anything is constructed. Documents without aliases are loaded exactly as ``SafeLoader``
+    loads them.
+    """
+
+    max_nodes = MAX_FRONT_MATTER_NODES
+
+    def get_single_node(self):  # PyYAML's Composer API: the document's root node (or None)
+        node = super().get_single_node()
+        if node is not None:
+            _check_expansion(node, self.max_nodes)
+        return node
+
+
+def _check_expansion(root: yaml.Node, limit: int) -> None:
+    """Raise :class:`_AliasBombError` when ``root`` stands for more than ``limit`` nodes (aliases expanded)."""
+    sizes: dict[int, int] = {}
+    open_nodes: set[int] = set()
+
+    def size(node: yaml.Node) -> int:
+        key = id(node)
+        if key in sizes:
+            return sizes[key]
+        if key in open_nodes:
+            raise _AliasBombError("front matter has a recursive YAML alias")
+        open_nodes.add(key)
+        total = 1
+        if isinstance(node, yaml.SequenceNode):
+            children = node.value
+        elif isinstance(node, yaml.MappingNode):
+            children = [part for pair in node.value for part in pair]
+        else:
+            children = []
+        for child in children:
+            total += size(child)
+            if total > limit:
+                raise _AliasBombError(f"front matter has more than {limit} YAML values "
+                                     "(each alias counted as a copy of what it names)")
+        open_nodes.discard(key)
+        sizes[key] = total
+        return total
+
+    size(root)
+
+
+def bounded_yaml_load(text: str) -> Any:
+    """``yaml.safe_load(text)`` through :class:`BoundedSafeLoader` (raises ``yaml.YAMLError`` on an alias bomb)."""
+    return yaml.load(text, Loader=BoundedSafeLoader)
+
+
+def _show(value: Any) -> str:
+    """``repr(value)``, cut to :data:`_MAX_SHOWN_CHARS` characters for an error message."""
+    text = repr(value)
+    return text if len(text) <= _MAX_SHOWN_CHARS else text[: _MAX_SHOWN_CHARS - 3] + "..."
+
+
 def _yaml_plain(value: str) -> str:
     """``value`` as a YAML scalar that reads back as that same string (quoted where YAML 1.1 would not)."""
     try:
-        plain = "\n" not in value and yaml.load(value, Loader=yaml.SafeLoader) == value
+        plain = "\n" not in value and bounded_yaml_load(value) == value
     except Exception:  # noqa: BLE001 - any failure to read it back means: quote it
         plain = False
     if plain:
@@ -189,7 +262,7 @@ def _reference_language(value: Any) -> str | None:
         return value or None
     if not value:
         return None  # 0, 0.0, [], {} and null: front_matter.py:88
-    raise ValueError(f"primary_language: {value!r} is not a string (write a language code or null)")
+    raise ValueError(f"primary_language: {_show(value)} is not a string (write a language code or null)")
 
 
 def _reference_bool(key: str, value: Any) -> bool:
@@ -198,7 +271,7 @@ def _reference_bool(key: str, value: Any) -> bool:
         return value
     if isinstance(value, str):
         return value.lower() == "true"  # front_matter.py:79-80: `is_table: maybe` is False, not an error
-    raise ValueError(f"{key}: {value!r} is not a boolean (expected True or False)")
+    raise ValueError(f"{key}: {_show(value)} is not a boolean (expected True or False)")
 
 
 def _reference_rotation(value: Any) -> int:
@@ -207,18 +280,19 @@ def _reference_rotation(value: Any) -> int:
         try:
             value = int(value)  # front_matter.py:77-78
         except ValueError:
-            raise ValueError(f"rotation_correction: {value!r} is not an integer") from None
+            raise ValueError(f"rotation_correction: {_show(value)} is not an integer") from None
     if not isinstance(value, int):  # 90.0 fails here (prompts.py:85-86)
         raise ValueError(  # noqa: TRY004 - a bad answer, not a bad call: callers catch ValueError
-            f"rotation_correction: {value!r} is not an integer"
+            f"rotation_correction: {_show(value)} is not an integer"
         )
     if value not in VALID_ROTATIONS:  # True (== 1) fails, False (== 0) passes, as in prompts.py:77
-        raise ValueError(f"rotation_correction: {value!r} is not one of 0, 90, 180, 270")
+        raise ValueError(f"rotation_correction: {_show(value)} is not one of 0, 90, 180, 270")
     return int(value)
 
 
 def _load_yaml(block: str) -> Any:
-    """``yaml.safe_load(block) or {}`` (front_matter.py:48), bounded in size, never raising anything but ValueError."""
+    """``yaml.safe_load(block) or {}`` (front_matter.py:48), bounded in size and alias expansion
+    (:class:`BoundedSafeLoader`), never raising anything but ValueError."""
     if len(block) > MAX_FRONT_MATTER_CHARS:
         raise ValueError(f"front matter is {len(block)} characters long, more than olmpipe reads "
                          f"({MAX_FRONT_MATTER_CHARS})")
@@ -227,7 +301,9 @@ def _load_yaml(block: str) -> Any:
         raise ValueError(f"front matter has {brackets} '[' / '{{', more than olmpipe reads "
                          f"({MAX_FRONT_MATTER_BRACKETS}; deep nesting makes YAML parsing slow)")
     try:
-        return yaml.load(block, Loader=yaml.SafeLoader) or {}
+        return bounded_yaml_load(block) or {}
+    except _AliasBombError as exc:
+        raise ValueError(str(exc)) from None
     except yaml.YAMLError as exc:
         raise ValueError(f"front matter is not valid YAML: {str(exc).splitlines()[0]}") from None
     except Exception as exc:  # noqa: BLE001 - e.g. `2020-13-45` (ValueError), deep nesting (RecursionError)

@@ -89,6 +89,8 @@ class FakeServer(LocalHttpServer):
             send(200, b"<html>this is not json</html>")
         elif behaviour == "no_choices":
             send(200, b'{"choices": []}')
+        elif behaviour == "deep":  # nesting Python's json parser gives up on with RecursionError
+            send(200, b'{"choices": ' + b"[" * 200_000 + b"]" * 200_000 + b"}")
         elif behaviour == "hang":
             time.sleep(1.5)
             send(200, b"{}")
@@ -162,7 +164,7 @@ def test_persistent_500_becomes_error_completion(server, page):
     assert len(server.received) == 3 and sleeps == [0.5, 1.0]
 
 
-@pytest.mark.parametrize("behaviour", ["malformed", "no_choices"])
+@pytest.mark.parametrize("behaviour", ["malformed", "no_choices", "deep"])
 def test_malformed_answer_is_retried_then_reported(server, page, behaviour):
     server.script = [behaviour, behaviour, behaviour]
     backend, _ = backend_for(server)

@@ -321,3 +321,25 @@ def test_parse_never_raises(answer):
     out = parse_page_output(answer)
     assert isinstance(out.text, str)
     assert (out.front_matter is None) == (out.error is not None)
+
+
+def test_yaml_aliases_within_the_budget_read_as_olmocr_reads_them():
+    """Aliases are YAML that olmOCR's ``yaml.safe_load`` reads; below the expansion budget
+    (``BoundedSafeLoader``) they give the same values, a recursive one is an invalid answer
+    (olmOCR's value would be a list, which is an error too), and error messages stay short."""
+    from olmpipe.prompts import MAX_FRONT_MATTER_NODES, bounded_yaml_load
+
+    aliased = "---\nprimary_language: &l en\nis_rotation_valid: &t True\nrotation_correction: 0\n" \
+              "is_table: *t\nis_diagram: False\n---\nBody text."
+    assert parse_page_output(aliased).front_matter == FrontMatter("en", True, 0, True, False)
+    merged = "base: &b {x: 1}\nmore:\n  <<: *b\n  y: 2"
+    assert bounded_yaml_load(merged) == {"base": {"x": 1}, "more": {"x": 1, "y": 2}}
+    assert "recursive YAML alias" in parse_page_output(_with("primary_language", "&a [*a]")).error
+    wide = "[" + ", ".join(["x"] * (MAX_FRONT_MATTER_NODES // 2)) + "]"
+    assert "is not a string" in parse_page_output(_with("primary_language", wide)).error
+    assert len(parse_page_output(_with("primary_language", wide)).error) < 200
+    too_wide = "&w [" + ", ".join(["x"] * 20) + "]\nl2: [" + ", ".join(["*w"] * 20) + "]"
+    assert f"more than {MAX_FRONT_MATTER_NODES} YAML values" in parse_page_output(_with("primary_language", too_wide)).error
+    # format_page_output reads a language back through the same loader (a language is at most a block)
+    bomb = "[" + ", ".join(["*a"] * 9) + "]"
+    assert format_page_output(FrontMatter(bomb, True, 0, False, False), "x").startswith('---\nprimary_language: "')

@@ -75,6 +75,26 @@ def test_journal_skips_a_torn_last_line(tmp_path, caplog):
     assert read_journal(tmp_path / "absent.jsonl") == []
 
 
+def test_metrics_tolerate_a_torn_last_line_only(tmp_path, caplog):
+    """Issue 20 item 6: a trainer killed (or out of disk) while appending step 4 left half a line;
+    resuming from the step-2 checkpoint stopped with ``metrics.jsonl:4: not valid JSON``. The torn
+    last line is now dropped with a warning naming it; a torn line before the last is still an error."""
+    for step in (1, 2, 3):
+        append_metrics(tmp_path, {"step": step, "loss": 0.5})
+    path = tmp_path / "metrics.jsonl"
+    with open(path, "a", encoding="utf-8") as fh:
+        fh.write('{"step": 4, "lo')
+    assert [r["step"] for r in read_metrics(path)] == [1, 2, 3]
+    assert f"{path}:4: ignoring the unreadable last line" in caplog.text
+    assert truncate_metrics(tmp_path, 2) == 2
+    assert path.read_text(encoding="utf-8").splitlines() == ['{"step": 1, "loss": 0.5}', '{"step": 2, "loss": 0.5}']
+    append_metrics(tmp_path, {"step": 3, "loss": 0.25})  # the resumed run continues a clean file
+    assert [r["step"] for r in read_metrics(path)] == [1, 2, 3]
+    path.write_text('{"step": 1}\n{"step": 2, "lo\n{"step": 3}\n', encoding="utf-8")
+    with pytest.raises(ValueError, match=r"metrics.jsonl:2: not valid JSON"):
+        truncate_metrics(tmp_path, 1)
+
+
 def test_completion_text_is_the_one_reduction_the_rewards_and_the_scorer_use():
     from olmpipe.bench.normalize import coerce_text
     from olmpipe.rewards.text import completion_text as reward_text

@@ -194,3 +194,34 @@ def test_eos_reward_pickles_and_builds_from_tokenizer():
     assert copy.__name__ == "eos_reward" and copy(completion_ids=[[5], [4]]) == [1.0, 0.0]
     with pytest.raises(ValueError, match="at least one EOS"):
         EosReward([])
+
+
+def _alias_bomb(levels: int) -> str:
+    """An answer whose ``primary_language`` is ``levels`` levels of nine YAML aliases each (9**levels values)."""
+    lines = ["l0: &l0 [x, x, x, x, x, x, x, x, x]"]
+    lines += [f"l{i}: &l{i} [" + ", ".join([f"*l{i - 1}"] * 9) + "]" for i in range(1, levels)]
+    lines += [f"primary_language: *l{levels - 1}", "is_rotation_valid: True", "rotation_correction: 0",
+              "is_table: False", "is_diagram: False"]
+    return "---\n" + "\n".join(lines) + "\n---\nHello"
+
+
+@pytest.mark.parametrize("levels", [5, 9])
+def test_front_matter_reward_refuses_a_yaml_alias_bomb(levels):
+    """Issue 20 item 4: nine levels of aliases (584 characters, 9**9 values) took 44 s and 3.6 GB
+    before raising MemoryError (the ``repr`` of the expanded value in an error message); five levels
+    (59,049 values) took ~0.2 s. Both are refused before any value is built, in well under 1 MB."""
+    import tracemalloc
+
+    from olmpipe.prompts import MAX_FRONT_MATTER_NODES, parse_page_output
+
+    answer = _alias_bomb(levels)
+    tracemalloc.start()
+    try:
+        assert front_matter_reward(completions=[answer], reference=[answer]) == [0.0]
+        parsed = parse_page_output(answer)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert parsed.error.startswith(f"front matter has more than {MAX_FRONT_MATTER_NODES} YAML values")
+    assert parsed.text == "Hello"
+    assert peak < 1_000_000, peak

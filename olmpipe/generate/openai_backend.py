@@ -59,7 +59,7 @@ def parse_chat_completion(body: bytes) -> Completion:
         data = json.loads(body)
         choice = data["choices"][0]
         text = choice["message"]["content"]
-    except (ValueError, KeyError, IndexError, TypeError) as exc:
+    except (ValueError, KeyError, IndexError, TypeError, RecursionError) as exc:  # RecursionError: deep nesting
         snippet = body[:200].decode("utf-8", errors="replace")
         raise _Retryable(f"malformed answer ({type(exc).__name__}: {exc}): {snippet!r}") from None
     if not isinstance(text, str):

@@ -95,12 +95,16 @@ def append_jsonl(path: str | Path, rows: Iterable[Mapping[str, Any]]) -> None:
 
 
 def iter_jsonl(
-    path: str | Path, *, error: type[Exception] = ValueError, what: str = "file", hint: str = ""
+    path: str | Path, *, error: type[Exception] = ValueError, what: str = "file", hint: str = "",
+    torn_last_line_ok: bool = False,
 ) -> Iterator[tuple[int, dict[str, Any]]]:
     """Yield ``(line number, record)`` for each non-blank line of a JSONL file of JSON objects.
 
     Raises ``error`` with ``<file>: file not found`` (or ``cannot read the <what> (...)``, plus ``hint``),
-    ``<file>:<line>: not valid JSON (...)`` or ``<file>:<line>: expected a JSON object``.
+    ``<file>:<line>: not valid JSON (...)`` or ``<file>:<line>: expected a JSON object``. With
+    ``torn_last_line_ok`` (a journal appended line by line, :func:`append_jsonl`), a last line that is
+    not valid JSON -- a writer killed or out of disk space in the middle of it -- is skipped with a
+    warning naming file and line; an unreadable line before it is still an error.
     """
     path = Path(path)
     try:
@@ -115,6 +119,10 @@ def iter_jsonl(
         try:
             record = json.loads(line)
         except json.JSONDecodeError as exc:
+            if torn_last_line_ok and not any(rest.strip() for rest in lines[lineno:]):
+                logger.warning("%s:%d: ignoring the unreadable last line (%s; a write was interrupted)",
+                               path, lineno, exc.msg)
+                return
             raise error(f"{path}:{lineno}: not valid JSON ({exc.msg})") from None
         if not isinstance(record, dict):
             raise error(f"{path}:{lineno}: expected a JSON object, got {type(record).__name__}")

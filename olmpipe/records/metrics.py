@@ -31,11 +31,16 @@ def final_metrics_path(final_dir: str | Path) -> Path:
 
 
 def read_metrics(path: str | Path, *, error: type[Exception] = ValueError) -> list[dict[str, Any]]:
-    """The rows of a ``metrics.jsonl`` (empty when it does not exist); ``error`` names file and line."""
+    """The rows of a ``metrics.jsonl`` (empty when it does not exist); ``error`` names file and line.
+
+    The file is appended one line per step, so a trainer killed (or out of disk space) while writing
+    leaves a partial last line: it is skipped with a warning (a resumed run drops that step's row
+    anyway, :func:`truncate_metrics`). An unreadable line before the last is an error.
+    """
     path = Path(path)
     if not path.exists():
         return []
-    return [row for _, row in iter_jsonl(path, error=error)]
+    return [row for _, row in iter_jsonl(path, error=error, torn_last_line_ok=True)]
 
 
 def write_metrics_csv(rows: Sequence[Mapping[str, Any]], path: str | Path) -> None:
