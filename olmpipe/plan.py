@@ -5,9 +5,10 @@
 
 The estimate is arithmetic on the model's shapes (its folder's ``config.json``, or
 :data:`KNOWN_MODELS` for hub ids) and the config: per training GPU, the weights, gradients and
-AdamW states under ``resources.train.strategy`` (:func:`training_bytes_per_param`), the reference
-model when ``train.grpo.beta > 0``, activations of one micro-batch (``per_device_train_batch_size``
-sequences of page-image tokens from ``rasterize.longest_side`` + prompt + ``max_completion_length``,
+AdamW states under ``resources.train.strategy`` (:func:`training_bytes_per_param`: float32 master
+weights with bf16 compute, :mod:`olmpipe.train.precision`), the reference model when
+``train.grpo.beta > 0`` (in the compute dtype), activations of one micro-batch
+(``per_device_train_batch_size`` sequences of page-image tokens from ``rasterize.longest_side`` + prompt + ``max_completion_length``,
 with or without ``activation_checkpointing``), the completion logits, a fixed runtime reserve, and
 vLLM's share (colocate mode); in server mode, the server GPU's weights and KV cache. vLLM must hold
 its weights plus the KV cache of one sequence of ``vllm_max_model_length`` tokens (the model's
@@ -34,6 +35,7 @@ from types import MappingProxyType
 from typing import Any
 
 from olmpipe.launch import DEEPSPEED_STRATEGIES, LaunchError, LaunchPlan, launch_prefix, plan
+from olmpipe.train.precision import Precision, resolve_precision
 
 logger = logging.getLogger(__name__)
 
@@ -197,25 +199,33 @@ def load_shape(model: str | Path) -> ModelShape:
                     f"({', '.join(KNOWN_MODELS)}); download it and set model.path to its folder")
 
 
-def training_bytes_per_param(strategy: str, processes: int, weight_bytes: int) -> dict[str, float]:
+def training_bytes_per_param(strategy: str, processes: int, weight_bytes: int,
+                             compute_bytes: int | None = None) -> dict[str, float]:
     """Bytes per parameter and GPU of weights, gradients and AdamW states under a strategy.
 
-    - ``single``/``ddp``: the model is loaded in the training dtype (olmpipe/train/run.py), so
+    ``weight_bytes``: the dtype the policy is loaded in (4: float32 master weights, the default of
+    :mod:`olmpipe.train.precision`; 2: ``train.pure_bf16``); ``compute_bytes``: 2 under bf16 mixed
+    precision, 4 in float32 (default: ``weight_bytes``).
+
+    - ``single``/``ddp``: the parameters are the master weights (bf16 only under autocast), so
       weights, gradients and both AdamW moments (torch keeps them in the parameter dtype) are whole
-      on every rank: w + w + 2w. (DDP may add a bucket copy of the gradients; left to the reserve.)
-    - ``zero2``: bf16 weights whole; gradients sharded; fp32 master weights + fp32 moments (12
-      bytes, 8 without mixed precision) sharded (ZeRO paper, Rajbhandari et al. 2020, Pos+g).
+      on every rank: w + w + 2w (16 bytes with float32 masters, 8 with pure bf16). DDP may add a
+      bucket copy of the gradients; left to the reserve.
+    - ``zero2``: DeepSpeed casts the module to the compute dtype (c, whole); gradients sharded;
+      fp32 master weights + fp32 moments (12 bytes, 8 without mixed precision) sharded (ZeRO paper,
+      Rajbhandari et al. 2020, Pos+g).
     - ``zero3``: everything sharded (Pos+g+p).
     - ``fsdp``: FSDP2 under mixed precision keeps fp32 sharded parameters, gradients and moments
       (accelerate upcasts low-precision parameters): 16 bytes / ranks.
     """
     w, n = weight_bytes, processes
-    master = 8 + (4 if w < 4 else 0)
+    c = w if compute_bytes is None else compute_bytes
+    master = 8 + (4 if c < 4 else 0)
     table = {
         "single": (w, w, 2 * w),
         "ddp": (w, w, 2 * w),
-        "zero2": (w, w / n, master / n),
-        "zero3": (w / n, w / n, master / n),
+        "zero2": (c, c / n, master / n),
+        "zero3": (c / n, c / n, master / n),
         "fsdp": (4 / n, 4 / n, 8 / n),
     }
     weights, grads, optimizer = table[strategy]
@@ -242,6 +252,7 @@ class MemoryPlan:
     train_terms: tuple[Term, ...]
     server_terms: tuple[Term, ...]
     problems: tuple[str, ...]
+    precision: str = ""
 
     @property
     def train_total(self) -> float:
@@ -258,7 +269,10 @@ class MemoryPlan:
         p = self.launch
         lines = [f"model: {self.shape.source}, {self.shape.parameters() / 1e9:.2f}B parameters",
                  (f"strategy: {p.effective_strategy}, {p.train_processes} training rank(s) on {p.nodes} node(s), "
-                  f"{p.vllm_server_gpus} vLLM server GPU(s); GPU memory {self.gpu_memory_gib:g} GiB"), ""]
+                  f"{p.vllm_server_gpus} vLLM server GPU(s); GPU memory {self.gpu_memory_gib:g} GiB")]
+        if self.precision:
+            lines.append(f"precision: {self.precision}")
+        lines.append("")
         width = max(len(t.name) for t in (*self.train_terms, *self.server_terms))
         for title, terms in (("per training GPU", self.train_terms), ("vLLM server GPU", self.server_terms)):
             if not terms:
@@ -279,6 +293,14 @@ def _vllm_need(shape: ModelShape, max_len: int, tp: int) -> tuple[float, float]:
     return weights, kv
 
 
+def _precision(cfg: Mapping[str, Any]) -> Precision:
+    """The training precision on a GPU (:func:`olmpipe.train.precision.resolve_precision`)."""
+    try:
+        return resolve_precision(cfg["train"], "cuda")
+    except ValueError as exc:
+        raise PlanError(str(exc)) from exc
+
+
 def memory_plan(cfg: Mapping[str, Any], shape: ModelShape, gpus: int | None = None) -> MemoryPlan:
     """The per-GPU memory plan of ``cfg`` (a validated config) for a model of ``shape``.
 
@@ -288,9 +310,11 @@ def memory_plan(cfg: Mapping[str, Any], shape: ModelShape, gpus: int | None = No
     gpus = res["gpu"] if gpus is None else gpus
     launch = plan(gpus, res["launcher"], res["vllm_server_gpus"], res["strategy"], res["nodes"])
     strategy, n = launch.effective_strategy, launch.train_processes
-    w = 4 if cfg["train"]["dtype"] == "float32" else 2
+    precision = _precision(cfg)
+    # w: bytes of what runs (activations, reference model); the weights' own bytes are in per_param
+    w = 2 if precision.bf16 else 4
     params = shape.parameters()
-    per_param = training_bytes_per_param(strategy, n, w)
+    per_param = training_bytes_per_param(strategy, n, 2 if precision.weights == "bfloat16" else 4, w)
     shard = "zero3 or fsdp (shard it over the ranks)"
     terms = [
         Term("weights", params * per_param["weights"] / GIB, f"{params / 1e9:.2f}B x {per_param['weights']:.3g} B",
@@ -370,8 +394,11 @@ def memory_plan(cfg: Mapping[str, Any], shape: ModelShape, gpus: int | None = No
         top = max(terms, key=lambda t: t.gib)
         problems.append(f"a training GPU needs {total:.1f} GiB, more than resources.train.gpu_memory_gb "
                         f"({gpu_gib:g}); largest term: {top.name} ({top.gib:.1f} GiB): {top.fix}")
+    masters = "float32 master weights" if precision.master_weights(strategy in DEEPSPEED_STRATEGIES + ("fsdp",)) \
+        else "bf16 weights without master copy (train.pure_bf16)"
     return MemoryPlan(launch=launch, shape=shape, gpu_memory_gib=gpu_gib, train_terms=tuple(terms),
-                      server_terms=tuple(server), problems=tuple(problems))
+                      server_terms=tuple(server), problems=tuple(problems),
+                      precision=f"{masters}, {precision.compute} compute, {precision.reference} reference model")
 
 
 def model_for_plan(cfg: Mapping[str, Any], model: str | Path | None = None) -> str:

@@ -83,15 +83,16 @@ def test_tiny_model_folder_config_is_read(tiny_model_dir) -> None:
 
 
 def test_ddp_with_colocated_vllm_at_015_does_not_fit_80gb() -> None:
-    """By hand: 10 bytes/param (bf16 weights 2 + grads 2 + AdamW 4 + reference 2) = 77.2 GiB before
-    activations; vLLM's 0.15 x 80 = 12 GiB cannot hold 15.4 GiB of weights + 6.8 GiB of KV cache for
-    the model's 128000-token context."""
+    """By hand: 18 bytes/param (float32 master weights 4 + grads 4 + AdamW 8, bf16 reference 2) =
+    139 GiB before activations; vLLM's 0.15 x 80 = 12 GiB cannot hold 15.4 GiB of weights + 6.8 GiB
+    of KV cache for the model's 128000-token context."""
     plan = memory_plan(config(DDP_COLOCATE), seven_b())
     r = rows(plan)
-    assert r["weights"] == pytest.approx(P7 * 2 / GIB) == pytest.approx(15.445, abs=1e-3)
-    assert r["gradients"] == pytest.approx(P7 * 2 / GIB)
-    assert r["optimizer states"] == pytest.approx(P7 * 4 / GIB) == pytest.approx(30.89, abs=1e-2)
+    assert r["weights"] == pytest.approx(P7 * 4 / GIB) == pytest.approx(30.89, abs=1e-2)
+    assert r["gradients"] == pytest.approx(P7 * 4 / GIB)
+    assert r["optimizer states"] == pytest.approx(P7 * 8 / GIB) == pytest.approx(61.78, abs=1e-2)
     assert r["reference model"] == pytest.approx(P7 * 2 / GIB)
+    assert "float32 master weights, bfloat16 compute, bfloat16 reference model" in plan.table()
     assert r["vLLM share (colocate)"] == pytest.approx(12.0)
     # activations, checkpointed: 1656 image tokens (46 x 36 at 1288 px) + 160 prompt + 3000 completion
     seq = 46 * 36 + 160 + 3000
@@ -104,7 +105,7 @@ def test_ddp_with_colocated_vllm_at_015_does_not_fit_80gb() -> None:
     assert "vLLM's share (0.15 x 80 = 12.0 GiB" in share and "128000-token" in share
     assert "vllm_max_model_length" in share and "vllm_gpu_memory_utilization" in share
     assert f"{P7 * 2 / GIB:.1f} GiB" in share and f"{kv:.1f} GiB" in share
-    assert plan.train_total > 80 and "largest term: optimizer states (30.9 GiB)" in total
+    assert plan.train_total > 80 and "largest term: optimizer states (61.8 GiB)" in total
     assert "resources.train.strategy: zero2" in total
 
 
@@ -137,6 +138,20 @@ def test_the_message_names_the_largest_term_and_its_setting(overrides, largest, 
     plan = memory_plan(config({"train": {"grpo": {"use_vllm": False}}}, overrides), seven_b())
     assert not plan.fits
     assert f"largest term: {largest}" in plan.problems[-1] and fix in plan.problems[-1]
+
+
+def test_pure_bf16_halves_the_plain_strategies_and_needs_bf16_compute() -> None:
+    """train.pure_bf16 (no master copy): 2 + 2 + 4 bytes on single/ddp; ZeRO-2 keeps its masters."""
+    pure = {"train": {"pure_bf16": True}}
+    r = rows(memory_plan(config(DDP_COLOCATE, pure), seven_b()))
+    assert (r["weights"], r["gradients"], r["optimizer states"]) == pytest.approx(
+        (P7 * 2 / GIB, P7 * 2 / GIB, P7 * 4 / GIB))
+    assert rows(memory_plan(config(ZERO2_SERVER, pure), seven_b())) == rows(memory_plan(config(ZERO2_SERVER),
+                                                                                         seven_b()))
+    fp32 = rows(memory_plan(config(DDP_COLOCATE, {"train": {"dtype": "float32"}}), seven_b()))
+    assert fp32["reference model"] == pytest.approx(P7 * 4 / GIB)  # float32 compute: float32 reference
+    with pytest.raises(PlanError, match="train.pure_bf16"):
+        memory_plan(config(DDP_COLOCATE, pure, {"train": {"dtype": "float32"}}), seven_b())
 
 
 def test_sharding_strategies_order_memory() -> None:

@@ -4,7 +4,8 @@
         --tests-dir results/validate/tests --run-dir results/train/seed0
 
 Modules: :mod:`~olmpipe.train.data` (page index -> dataset), :mod:`~olmpipe.train.args`
-(``GRPOConfig`` from the config), :mod:`~olmpipe.train.callbacks` (metrics files, completions
+(``GRPOConfig`` from the config), :mod:`~olmpipe.train.precision` (float32 master weights, bf16
+compute, the final weights), :mod:`~olmpipe.train.callbacks` (metrics files, completions
 table, SIGTERM, run state), :mod:`~olmpipe.train.run` (one seed's run, resume),
 :mod:`~olmpipe.train.cli` (the command line).
 """

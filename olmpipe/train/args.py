@@ -5,7 +5,10 @@ defaults). The few arguments set here are not hyperparameters but consequences o
 
 - ``output_dir``, ``seed`` / ``data_seed``: the job's folder and seed;
 - ``bf16`` / ``use_cpu``: from ``train.device`` and ``train.dtype`` (GRPOConfig's ``bf16=True``
-  default would make CPU runs ~7x slower);
+  default would make CPU runs ~7x slower); ``bf16`` is mixed precision over float32 weights
+  (:mod:`olmpipe.train.precision`);
+- ``model_init_kwargs["dtype"]``: the reference model's dtype (the compute dtype, see
+  :mod:`olmpipe.train.precision`), unless ``train.grpo.model_init_kwargs`` names one;
 - ``report_to``: ``wandb`` unless ``train.wandb.mode`` is ``disabled``;
 - ``remove_unused_columns=False``: the dataset columns (test ids, files, pdf, page) must reach the
   rewards;
@@ -39,7 +42,8 @@ def resolve_device(device: str) -> str:
 
 
 def resolve_dtype(dtype: str, device: str) -> str:
-    """``float32`` or ``bfloat16`` for ``train.dtype`` (``auto``: bfloat16 on CUDA, float32 on CPU)."""
+    """The compute dtype, ``float32`` or ``bfloat16``, of ``train.dtype`` (``auto``: bfloat16 on CUDA,
+    float32 on CPU). Weights stay float32 either way (:func:`olmpipe.train.precision.resolve_precision`)."""
     if dtype == "auto":
         return "bfloat16" if device == "cuda" else "float32"
     return dtype
@@ -70,12 +74,19 @@ def grpo_config(
     dtype: str = "float32",
     report_to: list[str] | None = None,
     overrides: Mapping[str, Any] | None = None,
+    reference_dtype: str | None = None,
 ):
     """The ``GRPOConfig`` of one seed's run; ``overrides`` are knobs decided at run time (the
-    address of the job's own vLLM server)."""
+    address of the job's own vLLM server).
+
+    ``dtype``: the compute dtype (``bfloat16``: mixed precision); ``reference_dtype``: the dtype TRL
+    loads the reference model in (None: the policy's, TRL's default).
+    """
     from trl import GRPOConfig
 
     knobs = _for_installed({**grpo_knobs(train_cfg, seed), **dict(overrides or {})}, GRPOConfig)
+    if reference_dtype is not None and knobs.get("beta", 0.0) != 0.0:
+        knobs["model_init_kwargs"] = {"dtype": reference_dtype, **dict(knobs.get("model_init_kwargs") or {})}
     return GRPOConfig(
         output_dir=output_dir,
         seed=seed,

@@ -7,7 +7,7 @@ size and every knob that changes what is learned, as flat dotted keys) in ``olmp
 - ``auto``: continue from the newest checkpoint when its settings equal today's; when they differ,
   stop with :class:`ResumeMismatchError` naming the changed keys and the two ways on. Settings that
   do not change the trajectory (logging, saving, vLLM memory share, activation checkpointing,
-  scorer processes/timeout/memory, device, dtype, wandb) are not compared.
+  scorer processes/timeout/memory, device, dtype, pure_bf16, wandb) are not compared.
 - ``continue``: the newest checkpoint whatever its settings (a deliberate change, e.g. more steps).
 - ``restart`` (or ``never``): start over; the previous run's files are moved aside to
   ``<run folder>.old-<time>/``, never deleted.
@@ -33,7 +33,7 @@ logger = logging.getLogger(__name__)
 RUN_STATE_FILE = "olmpipe_run.json"
 #: Keys of ``train`` that do not change what is learned (logging, resume policy, where it runs).
 NOT_TRAJECTORY_TRAIN = ("resume", "wandb", "completions_every", "seeds", "seed_overrides", "device", "dtype",
-                        "exit_with_job", "vllm_server", "eval_max_pages")
+                        "pure_bf16", "exit_with_job", "vllm_server", "eval_max_pages")
 #: GRPOConfig knobs that change how a run is operated, not what it learns.
 NOT_TRAJECTORY_GRPO = (
     "save_steps", "save_total_limit", "save_strategy", "save_only_model", "logging_steps", "logging_first_step",

@@ -181,8 +181,9 @@ def _train_locked(
 
     from olmpipe.modelload import load_model_and_processor
     from olmpipe.rewards import build_rewards
-    from olmpipe.train.args import grpo_config, grpo_knobs, resolve_device, resolve_dtype
+    from olmpipe.train.args import grpo_config, grpo_knobs, resolve_device
     from olmpipe.train.data import build_examples, to_dataset
+    from olmpipe.train.precision import resolve_precision, restore_fp32_masters, save_final_weights
     from olmpipe.train.resume import run_settings, settings_fingerprint
     from olmpipe.train.trainer import ResumableGRPOTrainer, load_checkpoint_weights
     from olmpipe.train.vllm_server import ManagedVLLMServer, server_devices, wants_server
@@ -190,7 +191,11 @@ def _train_locked(
     tcfg, rcfg = cfg["train"], cfg["rewards"]
     final_dir = Path(final_dir) if final_dir is not None else run_dir / "model"
     device = resolve_device(tcfg["device"])
-    dtype = resolve_dtype(tcfg["dtype"], device)
+    # float32 master weights with bf16 compute unless train.pure_bf16 (olmpipe.train.precision)
+    precision = resolve_precision(tcfg, device)
+    if precision.weights == "bfloat16" and any(os.environ.get(f"ACCELERATE_USE_{name}", "").lower() == "true"
+                                               for name in ("DEEPSPEED", "FSDP")):
+        logger.warning("train.pure_bf16 has no effect under DeepSpeed or FSDP, which keep float32 master weights")
     if device == "cpu":
         torch.set_num_threads(cfg["resources"]["train"]["cpus_per_task"])
 
@@ -227,16 +232,21 @@ def _train_locked(
 
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     model, processor = load_model_and_processor(
-        model_path, dtype=dtype, device=f"cuda:{local_rank}" if device == "cuda" else "cpu"
+        model_path, dtype=precision.weights, device=f"cuda:{local_rank}" if device == "cuda" else "cpu"
     )
+    logger.info("precision: %s weights, %s compute, %s reference model", precision.weights, precision.compute,
+                precision.reference)
     model.train()
 
     max_steps = knobs["max_steps"]
     if checkpoint is not None and 0 < max_steps <= step:
         # The checkpoint already holds the whole run: training on would pass max_steps (and rotate
-        # older checkpoints away). Its weights become the final model.
+        # older checkpoints away). Its weights become the final model (a DeepSpeed checkpoint's float32
+        # masters, not its bf16 module copy).
         logger.info("%s is at step %d of max_steps %d: writing the final model from it", checkpoint, step, max_steps)
         load_checkpoint_weights(model, checkpoint)
+        if _rank() == 0:
+            restore_fp32_masters(model, checkpoint)
         info = {"seed": seed, "base_model": str(model_path), "steps": step, "wandb_run_id": _stored_run_id(checkpoint),
                 "dataset": summary.to_dict(), "from_checkpoint": checkpoint.name}
         _write_final(lambda path: model.save_pretrained(str(path)) if _rank() == 0 else None, processor,
@@ -265,7 +275,8 @@ def _train_locked(
                                                            gpus=server_devices(os.environ), seed=seed))
             overrides = server.grpo_overrides()
         args = grpo_config(tcfg, output_dir=str(run_dir), seed=seed, reward_weights=weights, device=device,
-                           dtype=dtype, report_to=["wandb"] if wandb_on else [], overrides=overrides)
+                           dtype=precision.compute, reference_dtype=precision.reference,
+                           report_to=["wandb"] if wandb_on else [], overrides=overrides)
         wandb_run = _init_wandb(cfg, run_dir, run_id, seed) if run_id is not None else None
         trainer = ResumableGRPOTrainer(model=model, reward_funcs=reward_funcs, args=args, train_dataset=dataset,
                                        eval_dataset=eval_dataset, processing_class=processor)
@@ -284,7 +295,7 @@ def _train_locked(
                 "reward_names": [getattr(f, "__name__", type(f).__name__) for f in reward_funcs],
                 "reward_weights": weights, "wandb_run_id": run_id, "dataset": summary.to_dict()}
         main = trainer.accelerator.is_main_process
-        _write_final(lambda path: trainer.save_model(str(path)), processor, final_dir, info, main,
+        _write_final(lambda path: save_final_weights(trainer, path), processor, final_dir, info, main,
                      trainer.accelerator.wait_for_everyone, run_dir / METRICS_JSONL)
         logger.info("finished seed %d at step %d; final model in %s", seed, trainer.state.global_step, final_dir)
         return 0

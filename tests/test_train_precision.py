@@ -1,0 +1,180 @@
+"""bf16 training keeps float32 master weights: one optimizer step at the recipe's learning rate
+(2e-6) moves nearly every trained tensor, and the final model/ carries that change although it is
+below bf16's resolution. Run for every strategy the CPU can run: one process, DDP over gloo
+(``accelerate launch``, workflow/accelerate/ddp.yaml) and DeepSpeed ZeRO-2 and ZeRO-3 on DeepSpeed's
+CPU accelerator when the ``deepspeed`` extra is installed.
+
+"Trained tensors" are those a float32 run of the same step moves (one process, float32 weights and
+compute); a tensor counts as moved when at least half of the elements the float32 run moved in it
+moved too. Weights are compared in the dtype they were trained in (the base rounded to it), read
+from the final model folder, i.e. what the soup and evaluation see. Before float32 masters (commit
+1d966ff), ``train.dtype: bfloat16`` trained bf16 weights and this step moved almost nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from trainkit import LowIdReward, make_page_index
+
+from olmpipe.config import load_config
+from olmpipe.train.run import train_seed
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[1]
+LR = 2e-6
+GRPO = {"max_steps": 1, "num_generations": 4, "per_device_train_batch_size": 4, "gradient_accumulation_steps": 1,
+        "max_completion_length": 8, "learning_rate": LR, "lr_scheduler_type": "constant", "warmup_steps": 0,
+        "beta": 0.01, "save_steps": 1, "logging_steps": 1}
+#: Shares the assertions ask for: trained tensors moved, and trained elements moved.
+TENSOR_SHARE, ELEMENT_SHARE = 0.95, 0.9
+
+
+def _job(dtype: str, **grpo) -> dict:
+    return {"train": {"wandb": {"mode": "disabled"}, "device": "cpu", "dtype": dtype, "grpo": {**GRPO, **grpo}},
+            "rewards": {"bench": {"processes": 0}}, "resources": {"train": {"cpus_per_task": 1}}}
+
+
+def _weights(folder: Path) -> dict[str, torch.Tensor]:
+    return load_file(str(folder / "model.safetensors"))
+
+
+def moved_elements(base: Path, trained: Path) -> dict[str, tuple[int, int]]:
+    """Per floating tensor of ``trained``: (elements that differ from the base rounded to its dtype, elements)."""
+    b, t = _weights(base), _weights(trained)
+    assert set(b) <= set(t), sorted(set(b) - set(t))
+    return {k: (int((b[k].to(t[k].dtype) != t[k]).sum()), t[k].numel()) for k in b if t[k].is_floating_point()}
+
+
+def summary(moved: dict[str, tuple[int, int]], reference: dict[str, tuple[int, int]]) -> dict[str, float]:
+    """Tensors and elements moved, as shares of those the float32 reference run moved."""
+    trained = [k for k, (n, _) in reference.items() if n]
+    tensors = [k for k in trained if moved[k][0] >= 0.5 * reference[k][0]]
+    elements = sum(min(moved[k][0], reference[k][0]) for k in trained)
+    return {"trained_tensors": len(trained), "moved_tensors": len(tensors),
+            "tensor_share": len(tensors) / len(trained),
+            "element_share": elements / sum(reference[k][0] for k in trained),
+            "all_tensors": len(moved), "any_change_tensors": sum(1 for n, _ in moved.values() if n)}
+
+
+def _single(setup: dict, name: str, dtype: str) -> Path:
+    run = setup["root"] / name
+    cfg = load_config(overrides=_job(dtype))
+    assert train_seed(cfg, seed=0, model_path=setup["model"], pages=setup["pages"], tests_dir=setup["tests"],
+                      run_dir=run, reward_funcs=[LowIdReward()]) == 0
+    return run
+
+
+def _launched(setup: dict, name: str, strategy: str) -> Path:
+    """Two ranks under ``accelerate launch`` with the strategy's config file (CPU: gloo)."""
+    run = setup["root"] / name
+    job = _job("bfloat16", per_device_train_batch_size=2)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": "",
+           "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tests")])}
+    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file",
+           str(REPO / "workflow" / "accelerate" / f"{strategy}.yaml"), "--num_processes", "2",
+           "--main_process_port", str(23000 + os.getpid() % 9000), str(REPO / "tests" / "lowid_train.py"),
+           str(setup["model"]), str(setup["pages"]), str(setup["tests"]), str(run), json.dumps(job)]
+    proc = subprocess.run(["timeout", "-k", "10", "600", *cmd], cwd=REPO, env=env, capture_output=True, text=True,
+                          check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    return run
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory, tiny_model_dir):
+    root = tmp_path_factory.mktemp("precision")
+    pages, tests = make_page_index(root)
+    out = {"root": root, "pages": pages, "tests": tests, "model": tiny_model_dir}
+    reference = _single(out, "float32", "float32")
+    out["reference"] = moved_elements(tiny_model_dir, reference / "model")
+    return out
+
+
+def _deepspeed_missing() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("deepspeed") is None
+
+
+@pytest.mark.parametrize("strategy", [
+    "single",
+    "ddp",
+    pytest.param("zero2", marks=pytest.mark.skipif(_deepspeed_missing(), reason="needs the deepspeed extra")),
+    pytest.param("zero3", marks=pytest.mark.skipif(_deepspeed_missing(), reason="needs the deepspeed extra")),
+])
+def test_one_bf16_step_at_lr_2e6_moves_nearly_every_trained_tensor(strategy: str, setup: dict) -> None:
+    run = _single(setup, "bf16-single", "bfloat16") if strategy == "single" else \
+        _launched(setup, f"bf16-{strategy}", strategy)
+    model = run / "model"
+    moved = moved_elements(setup["model"], model)
+    result = summary(moved, setup["reference"])
+    sys.stdout.write(f"\nprecision {strategy}: {json.dumps(result)}\n")
+    assert result["trained_tensors"] > 0.9 * result["all_tensors"], result  # the step trains nearly everything
+    assert result["tensor_share"] >= TENSOR_SHARE and result["element_share"] >= ELEMENT_SHARE, result
+    # what reaches the soup and evaluation: float32 weights whose change is below bf16's resolution
+    weights, base = _weights(model), _weights(setup["model"])
+    assert set(weights) == set(base) and {t.dtype for t in weights.values()} == {torch.float32}
+    assert json.loads((model / "config.json").read_text())["dtype"] == "float32"
+    changed = {k: base[k] != weights[k] for k in weights}
+    hidden = sum(int((base[k].bfloat16() == weights[k].bfloat16())[changed[k]].sum()) for k in weights)
+    assert hidden >= 0.9 * sum(int(c.sum()) for c in changed.values()), "the test needs sub-bf16 changes"
+    if strategy in ("zero2", "zero3"):
+        # a finished run whose model/ is lost rewrites it from the checkpoint's float32 masters
+        again = setup["root"] / f"{strategy}-again"
+        shutil.copytree(run, again)
+        shutil.rmtree(again / "model")
+        _launched(setup, again.name, strategy)
+        x, y = _weights(model), _weights(again / "model")
+        assert all(torch.equal(x[k], y[k]) for k in x), "model/ from the checkpoint differs from the run's"
+
+
+def test_pure_bf16_is_explicit_and_loses_the_step(setup: dict) -> None:
+    """``train.pure_bf16: true`` trains bf16 weights (the documented opt-out): the same step then moves
+    almost nothing; it refuses float32 compute."""
+    run = setup["root"] / "pure"
+    cfg = load_config(overrides={**_job("bfloat16"), "train": {**_job("bfloat16")["train"], "pure_bf16": True}})
+    assert train_seed(cfg, seed=0, model_path=setup["model"], pages=setup["pages"], tests_dir=setup["tests"],
+                      run_dir=run, reward_funcs=[LowIdReward()]) == 0
+    result = summary(moved_elements(setup["model"], run / "model"), setup["reference"])
+    sys.stdout.write(f"\nprecision pure_bf16: {json.dumps(result)}\n")
+    assert result["tensor_share"] < 0.5, result
+    bad = load_config(overrides={"train": {"pure_bf16": True, "dtype": "float32"}})
+    with pytest.raises(ValueError, match="train.pure_bf16"):
+        train_seed(bad, seed=0, model_path=setup["model"], pages=setup["pages"], tests_dir=setup["tests"],
+                   run_dir=setup["root"] / "bad")
+
+
+def test_trl_trains_float32_weights_under_bf16_autocast_with_a_bf16_reference(setup: dict) -> None:
+    """The seams the run relies on, through the installed TRL/accelerate: ``bf16=True`` over float32
+    parameters is autocast (the parameters stay float32), and the reference model is bf16."""
+    from olmpipe.modelload import load_model_and_processor
+    from olmpipe.train.args import grpo_config
+    from olmpipe.train.data import build_examples, to_dataset
+    from olmpipe.train.precision import resolve_precision
+    from olmpipe.train.trainer import ResumableGRPOTrainer
+
+    cfg = load_config(overrides=_job("bfloat16"))
+    precision = resolve_precision(cfg["train"], "cpu")
+    assert (precision.weights, precision.compute, precision.reference) == ("float32", "bfloat16", "bfloat16")
+    model, processor = load_model_and_processor(setup["model"], dtype=precision.weights, device="cpu")
+    args = grpo_config(cfg["train"], output_dir=str(setup["root"] / "seams"), seed=0, reward_weights=[1.0],
+                       device="cpu", dtype=precision.compute, reference_dtype=precision.reference)
+    examples, _ = build_examples(setup["pages"], setup["tests"])
+    trainer = ResumableGRPOTrainer(model=model, reward_funcs=[LowIdReward()], args=args,
+                                   train_dataset=to_dataset(examples), processing_class=processor)
+    assert args.bf16 and trainer.accelerator.mixed_precision == "bf16" and trainer.accelerator.native_amp
+    assert {p.dtype for p in trainer.model.parameters()} == {torch.float32}
+    assert {p.dtype for p in trainer.ref_model.parameters()} == {torch.bfloat16}
+    with trainer.accelerator.autocast():
+        x = torch.ones(2, 2)
+        assert (x @ x).dtype == torch.bfloat16
