@@ -213,8 +213,23 @@ def launch_command(
         return [*srun, *node, module, *args]
     cmd = _job_argv(p, module, args, python, main_process_port, config_dir)
     if p.distributed and stop_grace_s is not None:
-        return [python, "-m", "olmpipe.launch", "--supervise", "--stop-grace-s", str(stop_grace_s), "--", *cmd]
+        return [python, "-m", "olmpipe.launch", "--supervise", "--stop-grace-s", str(stop_grace_s), "--strategy",
+                strategy, "--", *cmd]
     return cmd
+
+
+def check_packages(strategy: str, processes: int) -> None:
+    """Stop before the launcher starts when this node lacks a package of the job's strategy
+    (:mod:`olmpipe.train.packages`; installed versions only, nothing imported here).
+
+    accelerate's launcher would otherwise fail first with its own message (``DeepSpeed is not
+    installed``, accelerate 1.15 ``commands/launch.py`` 1042-1043). The ranks check everything the
+    job needs (vLLM included, before the server starts), with imports, in :mod:`olmpipe.train.cli`.
+    Raises :class:`~olmpipe.train.packages.MissingPackageError`.
+    """
+    from olmpipe.train.packages import check, job_needs
+
+    check(job_needs(strategy=strategy, processes=processes), import_modules=False)
 
 
 def supervise(cmd: Sequence[str], env: Mapping[str, str], grace_s: float) -> int:
@@ -403,7 +418,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("args", nargs=argparse.REMAINDER, help="arguments of the module (after --)")
     ns = parser.parse_args(argv)
     args = ns.args[1:] if ns.args[:1] == ["--"] else ns.args
+    from olmpipe.train.packages import MissingPackageError
+
     if ns.supervise:
+        try:
+            check_packages(ns.strategy, processes=2)  # supervised launchers start several ranks
+        except MissingPackageError as exc:
+            sys.stderr.write(f"olmpipe.launch: {exc}\n")
+            return 2
         return supervise([ns.module, *args], os.environ, ns.stop_grace_s if ns.stop_grace_s is not None else 30)
     if ns.gpus is None:
         parser.error("the following arguments are required: --gpus")
@@ -424,6 +446,12 @@ def main(argv: list[str] | None = None) -> int:
     except LaunchError as exc:
         parser.error(str(exc))
     if (ns.node or ns.exec_here) and not ns.print_only:
+        p = plan(ns.gpus, ns.launcher, ns.vllm_server_gpus, ns.strategy, ns.nodes)
+        try:
+            check_packages(p.strategy, p.train_processes)
+        except MissingPackageError as exc:
+            sys.stderr.write(f"olmpipe.launch: {exc}\n")
+            return 2
         sys.stdout.flush()
         if ns.stop_grace_s is not None and len(cmd) > 3 and cmd[1:3] != ["-m", ns.module]:
             return supervise(cmd, {**os.environ, **changes}, ns.stop_grace_s)

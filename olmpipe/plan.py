@@ -24,6 +24,7 @@ the weights, an unset context length), not to tune the last GiB. The train rule 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import logging
 import math
@@ -430,16 +431,28 @@ def check_fits(cfg: Mapping[str, Any], gpus: int, model: str | Path) -> MemoryPl
     return result
 
 
+@functools.cache
+def _warn_missing_packages(needs: tuple[Any, ...]) -> None:
+    """Warn (once per set of needs, not once per seed) when this environment lacks a package the
+    training jobs need. Only a warning: the jobs may run in another environment (a GPU node's, or
+    ``--sdm conda``'s); each job checks its own node at start and stops there
+    (:mod:`olmpipe.train.packages`)."""
+    from olmpipe.train.packages import SETUP_COMMAND, problems
+
+    missing = problems(needs, import_modules=False)
+    if missing:
+        logger.warning("this environment lacks what the training jobs need (%s); a job stops at start unless "
+                       "its node has it (`%s` sets one up)", "; ".join(missing), SETUP_COMMAND)
+
+
 def checked_launch_prefix(cfg: Mapping[str, Any], gpus: int, model: str | Path) -> str:
     """The train rule's launch prefix, after :func:`check_fits` (raises before anything starts)."""
     res = cfg["resources"]["train"]
     check_fits(cfg, gpus, model)
-    if res["strategy"] in DEEPSPEED_STRATEGIES and gpus - res["vllm_server_gpus"] > 1:
-        import importlib.util
+    from olmpipe.train.packages import config_needs
 
-        if importlib.util.find_spec("deepspeed") is None:
-            logger.warning("resources.train.strategy: %s needs DeepSpeed, which is not installed here "
-                           "(pip install -e .[deepspeed] in the jobs' environment)", res["strategy"])
+    processes = plan(gpus, res["launcher"], res["vllm_server_gpus"], res["strategy"], res["nodes"]).train_processes
+    _warn_missing_packages(tuple(config_needs(cfg, processes=processes)))
     return launch_prefix(gpus, res["launcher"], res["vllm_server_gpus"], strategy=res["strategy"],
                          nodes=res["nodes"], stop_grace_s=res["stop_grace_s"])
 

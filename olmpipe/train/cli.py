@@ -7,7 +7,8 @@
 Snakemake's ``train_seed`` rule runs this command (behind ``train.launcher``, e.g. ``accelerate
 launch`` on several GPUs) with the job's config sections as ``--config-json``. Exit codes: 0
 finished, 75 stopped by SIGTERM after a checkpoint (resume by running it again), 2 bad arguments
-or config, 1 any other error.
+or config, or a package the job needs missing here (:mod:`olmpipe.train.packages`), 1 any other
+error.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 
 from olmpipe.config import ConfigError, load_config, validate_config
@@ -48,6 +50,14 @@ def main(argv: list[str] | None = None) -> int:
         cfg["resources"]["train"]["cpus_per_task"] = args.threads
     if args.seed not in cfg["train"]["seeds"]:
         logging.getLogger(__name__).warning("seed %d is not listed in train.seeds %s", args.seed, cfg["train"]["seeds"])
+    from olmpipe.train.packages import MissingPackageError, check, config_needs, nvidia_gpus
+
+    try:
+        # before TRL, accelerate or DeepSpeed are imported: stop with what is missing and how to get it
+        check(config_needs(cfg, processes=int(os.environ.get("WORLD_SIZE", "1")), node_gpus=nvidia_gpus()))
+    except MissingPackageError as exc:
+        sys.stderr.write(f"olmpipe train: {exc}\n")
+        return 2
     from olmpipe.train.resume import ResumeMismatchError
     from olmpipe.train.run import train_seed
     from olmpipe.train.runlock import RunLockedError

@@ -41,7 +41,7 @@ rule baseline_generate:
     log:
         "logs/baseline/baseline.log",
     conda:
-        "../envs/olmpipe.yaml"
+        conda_env(config["resources"]["generate"]["gpu"])
     threads: config["resources"]["generate"]["cpus_per_task"]
     resources:
         gpu=config["resources"]["generate"]["gpu"],

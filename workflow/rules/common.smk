@@ -44,6 +44,13 @@ MODEL_DIR = model_dir(config)
 MODEL_INPUT = model_input(config)
 
 
+def conda_env(gpus):
+    """The conda environment file (used with `snakemake --sdm conda`) of a job given `gpus` GPUs:
+    the set of `scripts/setup.sh --gpu` (CUDA torch, vLLM, DeepSpeed) when it has any, else the
+    CPU set."""
+    return "../envs/olmpipe-gpu.yaml" if gpus > 0 else "../envs/olmpipe.yaml"
+
+
 def model_path(wildcards, input):
     """The model a job loads (a params function): its `model` input, else the hub id."""
     return input.model if input.model else MODEL_DIR

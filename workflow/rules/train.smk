@@ -30,7 +30,7 @@ rule train_seed:
     log:
         "logs/train_seed/seed{seed}.log",
     conda:
-        "../envs/olmpipe.yaml"
+        conda_env(config["resources"]["train"]["gpu"])
     threads: config["resources"]["train"]["cpus_per_task"]
     resources:
         # Several nodes: --nodes/--ntasks and no srun wrapper (the command's own srun starts one
