@@ -28,7 +28,8 @@ RULE_CODE: Mapping[str, tuple[str, ...]] = MappingProxyType({
     # synth_html renders the pages it writes through the rasterizer.
     "synth_html": ("olmpipe.synth.source", "olmpipe.rasterize"),
     "synth_render": ("olmpipe.synth.render", "olmpipe.synth.bench"),
-    "synth_tests": ("olmpipe.synth.mine", "olmpipe.synth.bench", "olmpipe.bench.model"),
+    "synth_tests": ("olmpipe.synth.mine", "olmpipe.synth.pages", "olmpipe.synth.bench", "olmpipe.synth.render",
+                    "olmpipe.bench.model"),
     # Editing olmpipe/rasterize.py re-renders every page (the page manifests record this hash).
     # Every rule lists the olmpipe.records modules through which it writes its files: they own the
     # formats the next stage reads.

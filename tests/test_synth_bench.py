@@ -14,7 +14,8 @@ from support.browser import NEEDS_CHROMIUM
 from olmpipe.bench.cli import main as bench_main
 from olmpipe.config import load_config
 from olmpipe.prompts import parse_page_output
-from olmpipe.synth.bench import build_bench, check_tests, render_pages
+from olmpipe.synth.bench import build_bench, render_pages
+from olmpipe.synth.pages import check_tests
 from olmpipe.synth.source import collect_html
 
 REPO = Path(__file__).resolve().parents[1]
@@ -95,14 +96,20 @@ def test_hostile_pages_are_skipped_with_their_reasons(tmp_path):
     (src / "long.html").write_text("<html><body>" + "<p>A line of text that repeats.</p>" * 150 + "</body></html>")
     (src / "latin1.html").write_bytes("<html><body><p>Fa\u00e7ade r\u00e9novation.</p></body></html>".encode("latin-1"))
     (src / "big.html").write_text("<table>" + "<tr><td>12345</td><td>67890</td></tr>" * 200_000 + "</table>")
+    # 1.65 MB, under max_html_bytes: on 1d966ff the stage failed with RecursionError, losing good.pdf
+    (src / "deep.html").write_text("<html><body>" + "<div>" * 150_000 + "<p>Deep text.</p>"
+                                   + "</div>" * 150_000 + "</body></html>")
     report = build(tmp_path / "out", src, rotate_share=0.0)
     skipped = {s["name"]: (s["stage"], s["reason"]) for s in report["skipped"]}
+    assert skipped["deep"][0] == "synth_html" and "nested more than 256 levels deep" in skipped["deep"][1]
     assert skipped["latin1"][0] == "synth_html" and "not UTF-8" in skipped["latin1"][1]
     assert skipped["big"][0] == "synth_html" and "max_html_bytes" in skipped["big"][1]
     assert skipped["long.pdf"][0] == "synth_render" and "PDF pages" in skipped["long.pdf"][1]
     assert skipped["empty.pdf"] == ("synth_tests", "no test survived the checks (is there text on the page?)")
     pdfs = sorted(p.name for p in (tmp_path / "out/bench/pdfs").iterdir())
-    assert "good.pdf" in pdfs and not {"long.pdf", "empty.pdf", "latin1.pdf", "big.pdf"} & set(pdfs)
+    assert "good.pdf" in pdfs and not {"long.pdf", "empty.pdf", "latin1.pdf", "big.pdf", "deep.pdf"} & set(pdfs)
+    assert any(t["pdf"] == "good.pdf" and t["type"] == "present" for t in map(json.loads, (
+        tmp_path / "out/bench/synth.jsonl").read_text().splitlines()))
     assert not list((tmp_path / "out").glob("*.tmp"))
 
 

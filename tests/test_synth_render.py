@@ -2,14 +2,26 @@
 
 from __future__ import annotations
 
+import random
+import re
+import sys
 from pathlib import Path
 
 import pypdfium2 as pdfium
 import pytest
 from support.browser import chromium_available
+from support.leftovers import run_marked
 from support.localhttp import LocalHttpServer, QuietHandler
 
-from olmpipe.synth.render import HtmlRenderer, RenderRefused, rotate_pdf, sanitize
+from olmpipe.synth.render import (
+    MATH_DELIMITERS,
+    HtmlRenderer,
+    RenderRefused,
+    find_delimited,
+    neutralise_css,
+    rotate_pdf,
+    sanitize,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -60,6 +72,34 @@ def test_sanitize_removes_what_could_run_or_fetch():
     assert clean.index("Content-Security-Policy") < clean.index("<body")
 
 
+def test_math_delimiters_are_found_as_the_regex_finds_them():
+    rng = random.Random(0)
+    for _ in range(3000):
+        text = "".join(rng.choice(["\\(", "\\)", "\\[", "\\]", "$$", "$", "x", " ", "\\"])
+                       for _ in range(rng.randrange(12)))
+        for opening, closing in MATH_DELIMITERS:
+            pattern = re.escape(opening) + "(.+?)" + re.escape(closing)
+            assert list(find_delimited(text, opening, closing)) == re.findall(pattern, text, re.DOTALL), text
+
+
+def test_css_urls_and_imports_are_neutralised():
+    css = ("a{background:url( 'http://x/y.png' )} b{background:url(data:image/png;base64,AA)} "
+           "c{background:URL(\"data:image/gif;base64,R0\")} @import 'http://x/z.css'; d{x:url(http://x/w")
+    assert neutralise_css(css) == ("a{background:none} b{background:url(data:image/png;base64,AA)} "
+                                   "c{background:URL(\"data:image/gif;base64,R0\")} none d{x:none")
+
+
+@pytest.mark.parametrize("style", ["url(", "@import "])
+def test_sanitize_takes_linear_time_on_unclosed_css(style):
+    """On 1d966ff one regex tried every later ``url(``/``@import`` again after an unclosed one: 45 s
+    for 80 kB. Here 1.2 MB must be sanitized well within the safety net of 120 s."""
+    code = ("from olmpipe.synth.render import sanitize; "
+            f"clean = sanitize('<style>' + {style!r} * 300_000 + '</style><p>kept</p>'); "
+            "assert 'kept' in clean and 'url(' not in clean.lower() and '@import' not in clean")
+    run = run_marked([sys.executable, "-c", code], timeout=120)
+    assert run.returncode == 0, run.output[-2000:] or "did not finish within 120 s"
+
+
 @pytest.fixture(scope="module")
 def renderer():
     if not chromium_available():
@@ -104,6 +144,17 @@ def test_math_is_typeset_offline(renderer):
     data = renderer.render(r"<html><body><p>Energy \(E = mc^2\) holds.</p></body></html>", width_pt=400, height_pt=300)
     text, _, _ = pdf_text(data)
     assert "Energy" in text and "\\(" not in text  # the delimiters were replaced by KaTeX's output
+
+
+@pytest.mark.browser
+def test_math_typesetting_takes_linear_time_on_unclosed_delimiters(renderer):
+    """A text node of 300,000 unclosed ``\\(`` (hidden, so the page fits on one page): on 1d966ff the
+    in-page regex retried every later one and the page ran into the render timeout; the delimited
+    math beside it is still typeset."""
+    html = ("<html><body><div style='display:none'>" + "\\(" * 300_000 + "</div>"
+            "<p>Energy \\(E = mc^2\\) holds.</p></body></html>")
+    text, pages, _ = pdf_text(renderer.render(html, width_pt=400, height_pt=300))
+    assert pages == 1 and "Energy" in text and "\\(" not in text
 
 
 def test_rotated_copy_turns_the_page(tmp_path):

@@ -11,7 +11,7 @@ import pytest
 from support.localhttp import LocalHttpServer, QuietHandler
 
 from olmpipe.config import load_config
-from olmpipe.synth.source import collect_html, extract_html, read_index
+from olmpipe.synth.source import MAX_HTML_DEPTH, check_nesting, collect_html, extract_html, read_index
 
 REPO = Path(__file__).resolve().parents[1]
 PAGE_HTML = '<html lang="en"><body><h1>Rewritten page</h1><p>Text the model read from the image.</p></body></html>'
@@ -63,6 +63,20 @@ def test_html_files_bad_ones_skipped_with_file_line_and_reason(tmp_path):
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["good.html", "index.jsonl"]
     assert [e.name for e in read_index(tmp_path / "out")] == [e.name for e in entries]
     assert not (tmp_path / "out.tmp").exists()
+
+
+def test_a_page_nested_too_deep_is_skipped_at_synth_html_with_the_reason(tmp_path):
+    src = tmp_path / "in"
+    src.mkdir()
+    (src / "deep.html").write_text("<html><body>" + "<div>" * 150_000 + "<p>Deep text.</p>" + "</div>" * 150_000)
+    (src / "nested.html").write_text("<div>" * (MAX_HTML_DEPTH - 3) + "<p>Nested but fine.</p>")
+    (src / "paragraphs.html").write_text("<p>Unclosed paragraph." * 10_000)  # each <p> closes the last
+    entries = {e.name: e for e in collect_html(synth_config(html_dir=str(src)), tmp_path / "out")}
+    assert entries["deep"].status == "skipped"
+    assert "deep.html: elements nested more than 256 levels deep" in entries["deep"].error
+    assert entries["nested"].status == entries["paragraphs"].status == "ok"
+    with pytest.raises(ValueError, match="nested more than 256"):
+        check_nesting("<span>" * (MAX_HTML_DEPTH + 1), "spans.html")
 
 
 def test_missing_html_folder_is_one_clear_error(tmp_path):

@@ -136,6 +136,14 @@ def make_renderer():
     return factory() if callable(factory) else None
 
 
+def renderer_outside_limit():
+    """:func:`make_renderer`, started and then called outside this process's memory limit (see the
+    module docstring); None without the math module."""
+    with _outside_limit():
+        renderer = make_renderer()
+    return None if renderer is None else _RendererOutsideLimit(renderer)
+
+
 def close_renderer(renderer) -> None:
     if isinstance(renderer, _RendererOutsideLimit):
         renderer = renderer._renderer
@@ -171,9 +179,7 @@ def _score_chunk(chunk, tests_by_key, timeout_s: float, state: dict,
             if progress is not None:
                 progress.write(STARTING_RENDERER)
             try:  # browser start-up: not part of the time bound
-                with _outside_limit():
-                    renderer = make_renderer()
-                state["renderer"] = None if renderer is None else _RendererOutsideLimit(renderer)
+                state["renderer"] = renderer_outside_limit()
             except Exception as exc:  # noqa: BLE001 - math tests then fail with the error as reason
                 log.warning("no KaTeX renderer in this worker: %s: %s", type(exc).__name__, exc)
                 state["renderer"] = None

@@ -6,7 +6,9 @@ seeded share ``synth.rotate_share`` of them, a copy turned 90, 180 or 270 degree
 
 ``build_bench`` mines each rendered page (:func:`olmpipe.synth.mine.mine_page`), keeps only the
 tests that are right by construction and writes an olmOCR-Bench folder that ``bench.dir`` and
-``olmpipe bench score`` read as they are:
+``olmpipe bench score`` read as they are. Each page is mined and checked in a worker process
+bounded in time and memory (:mod:`olmpipe.synth.pages`); a page over a bound, or whose mining
+fails, is skipped with the reason:
 
 - ``pdfs/<name>.pdf``, ``synth.jsonl`` (every kept test), ``reference/<name>_pg1_repeat1.md`` (the
   reference answer: markdown with the olmOCR front matter, a candidate folder scoring 100%);
@@ -31,7 +33,6 @@ import json
 import logging
 import random
 import shutil
-import time
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
@@ -39,17 +40,14 @@ from pathlib import Path
 from typing import Any
 
 from olmpipe.bench.mathbrowser import BrowserError, BrowserNotFoundError
-from olmpipe.bench.model import TestLoadError, test_from_record
-from olmpipe.bench.run import run_tests
-from olmpipe.prompts import FrontMatter, format_page_output
 from olmpipe.records.files import publish_dir, staging_dir, write_json
-from olmpipe.synth.mine import MineLimits, mine_page
+from olmpipe.synth.mine import MineLimits
+from olmpipe.synth.pages import TESTS_NAME, PageJob, PageSkipped, PageWorker
 from olmpipe.synth.render import HtmlRenderer, RenderRefused, rotate_pdf
 from olmpipe.synth.source import INDEX_NAME, read_index
 
 log = logging.getLogger(__name__)
 
-TESTS_NAME = "synth.jsonl"
 REFERENCE_DIR = "reference"
 
 
@@ -109,33 +107,6 @@ def _limits(synth: Mapping[str, Any]) -> MineLimits:
     return MineLimits(present=t["present"], order=t["order"], table_cells=t["table_cells"], math=t["math"])
 
 
-def check_tests(records: list[dict], *, reference: str, body: str, full_text: str,
-                timeout_s: float = 60.0) -> tuple[list[dict], list[dict]]:
-    """Split mined tests into (kept, dropped); each dropped one gets a ``reason``."""
-    kept, dropped = [], []
-    for record in records:
-        try:
-            test = test_from_record(record, source=TESTS_NAME)
-        except TestLoadError as exc:
-            dropped.append({"id": record["id"], "type": record["type"], "reason": f"invalid: {exc.reason}"})
-            continue
-        deadline = time.monotonic() + timeout_s
-        on_ref = [run_tests(text, [test], deadline=deadline)[0] for text in (reference, body)]
-        failing = next((v for v in on_ref if not v.passed), None)
-        if failing is not None:
-            reason = f"fails on the reference answer: {failing.reason}"[:300]
-        else:
-            foil = full_text if test.type == "absent" else ""
-            if run_tests(foil, [test], deadline=deadline)[0].passed:
-                reason = ("passes on the page with its headers and footers written out" if test.type == "absent"
-                          else "passes on an empty page")
-            else:
-                kept.append(record)
-                continue
-        dropped.append({"id": record["id"], "type": record["type"], "reason": reason})
-    return kept, dropped
-
-
 def _reason_key(reason: str) -> str:
     return reason.split(":", 1)[0]
 
@@ -156,28 +127,29 @@ def build_bench(html_dir: str | Path, render_dir: str | Path, out_dir: str | Pat
     all_dropped: list[dict] = []
     in_bench = rotated = 0
     limits = _limits(synth)
-    for entry in rendered:
-        if entry.status != "ok":
-            continue
-        html = (html_dir / f"{entry.name}.html").read_text(encoding="utf-8")
-        mined = mine_page(html, entry.pdf, seed=synth["seed"], limits=limits)
-        reference, front = mined.reference, mined.front_matter
-        if entry.rotation:  # rotate_html_templates.py, update_frontmatter_rotation, lines 96-160
-            front = FrontMatter(front.primary_language, False, (360 - entry.rotation) % 360,
-                                front.is_table, front.is_diagram)
-            reference = format_page_output(front, mined.body)
-        kept, dropped = check_tests(mined.tests, reference=reference, body=mined.body,
-                                    full_text=mined.full_text, timeout_s=synth["test_timeout_s"])
-        all_dropped += [{**d, "pdf": entry.pdf} for d in dropped]
-        if not any(t["type"] != "baseline" for t in kept):
-            skipped.append({"name": entry.pdf, "stage": "synth_tests",
-                            "reason": "no test survived the checks (is there text on the page?)"})
-            continue
-        shutil.copyfile(render_dir / "pdfs" / entry.pdf, tmp / "pdfs" / entry.pdf)
-        (tmp / REFERENCE_DIR / f"{entry.pdf[:-4]}_pg1_repeat1.md").write_text(reference + "\n", encoding="utf-8")
-        all_kept += kept
-        in_bench += 1
-        rotated += bool(entry.rotation)
+    with PageWorker(timeout_s=synth["page_timeout_s"], memory_mb=synth["page_memory_mb"]) as worker:
+        for entry in rendered:
+            if entry.status != "ok":
+                continue
+            html = (html_dir / f"{entry.name}.html").read_text(encoding="utf-8")
+            job = PageJob(html, entry.pdf, entry.rotation, synth["seed"], limits, synth["test_timeout_s"])
+            try:
+                result = worker.run(job)
+            except PageSkipped as exc:
+                skipped.append({"name": entry.pdf, "stage": "synth_tests", "reason": str(exc)})
+                log.warning("skipping %s: %s", entry.pdf, exc)
+                continue
+            all_dropped += [{**d, "pdf": entry.pdf} for d in result.dropped]
+            if not any(t["type"] != "baseline" for t in result.kept):
+                skipped.append({"name": entry.pdf, "stage": "synth_tests",
+                                "reason": "no test survived the checks (is there text on the page?)"})
+                continue
+            shutil.copyfile(render_dir / "pdfs" / entry.pdf, tmp / "pdfs" / entry.pdf)
+            (tmp / REFERENCE_DIR / f"{entry.pdf[:-4]}_pg1_repeat1.md").write_text(result.reference + "\n",
+                                                                               encoding="utf-8")
+            all_kept += result.kept
+            in_bench += 1
+            rotated += bool(entry.rotation)
     (tmp / TESTS_NAME).write_text("".join(json.dumps(t, ensure_ascii=False) + "\n" for t in all_kept),
                                   encoding="utf-8")
     report = {

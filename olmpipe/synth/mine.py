@@ -28,17 +28,19 @@ from __future__ import annotations
 
 import random
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from html import escape
 
 from bs4 import BeautifulSoup, NavigableString, Tag
 
 from olmpipe.prompts import FrontMatter, format_page_output
+from olmpipe.synth.render import MATH_DELIMITERS, find_delimited
 
 #: Unicode forms of the characters in <sup>/<sub> (the reference's SUPERSCRIPT_MAP/SUBSCRIPT_MAP).
 _SUP = str.maketrans("0123456789+-=()ni", "⁰¹²³⁴⁵⁶⁷⁸⁹⁺⁻⁼⁽⁾ⁿⁱ")
 _SUB = str.maketrans("0123456789+-=()aeoxhklmnpst", "₀₁₂₃₄₅₆₇₈₉₊₋₌₍₎ₐₑₒₓₕₖₗₘₙₚₛₜ")
 _SUPSUB_CHARS = set("⁰¹²³⁴⁵⁶⁷⁸⁹⁺⁻⁼⁽⁾ⁿⁱ₀₁₂₃₄₅₆₇₈₉₊₋₌₍₎ₐₑₒₓₕₖₗₘₙₚₛₜ")
-_MATH_PATTERNS = (r"\$\$(.+?)\$\$", r"\\\((.+?)\\\)", r"\\\[(.+?)\\\]")
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[\"'(\[A-Z0-9])")
 _DROP_TAGS = ("script", "style", "noscript", "template", "head", "title", "meta", "link")
 _BLOCK_TAGS = {"p", "h1", "h2", "h3", "h4", "h5", "h6", "li", "table", "div", "section", "article",
@@ -57,6 +59,7 @@ class MineLimits:
     table_cells: int = 25  # per table (reference: 25)
     math: int = 50  # reference: 50
     table_rows_scanned: int = 400  # a huge table is sampled from its first rows only
+    table_cols_scanned: int = 100  # ... and its first columns
 
 
 @dataclass
@@ -99,13 +102,21 @@ def _is_furniture(tag: Tag) -> bool:
 
 
 def _inline_text(tag: Tag) -> str:
+    """The text of ``tag`` with line breaks at ``<br>``, leaving out running heads, feet and page
+    numbers (an explicit stack: the walk's depth is the page's, not Python's recursion limit)."""
     parts: list[str] = []
-    for node in tag.descendants:
-        if isinstance(node, NavigableString):
-            if not any(isinstance(p, Tag) and _is_furniture(p) for p in node.parents):
-                parts.append(re.sub(r"\s+", " ", str(node)))
-        elif node.name == "br":
-            parts.append("\n")
+    stack = [(iter(tag.children), _is_furniture(tag))]
+    while stack:
+        children, furniture = stack[-1]
+        node = next(children, None)
+        if node is None:
+            stack.pop()
+        elif isinstance(node, Tag):
+            if node.name == "br":
+                parts.append("\n")
+            stack.append((iter(node.children), furniture or _is_furniture(node)))
+        elif isinstance(node, NavigableString) and not furniture:
+            parts.append(re.sub(r"\s+", " ", str(node)))
     lines = [re.sub(r"[ \t\r\f\v]+", " ", line).strip() for line in "".join(parts).split("\n")]
     return "\n".join(line for line in lines if line)
 
@@ -118,7 +129,8 @@ def _clean_table(table: Tag) -> str:
         for cell in tr.find_all(["td", "th"], recursive=False):
             attrs = "".join(f' {a}="{int(cell[a])}"' for a in ("rowspan", "colspan")
                             if str(cell.get(a, "")).isdigit() and int(cell[a]) > 1)
-            cells.append(f"<{cell.name}{attrs}>{_text(cell)}</{cell.name}>")
+            # escaped: a cell's "<" must not become markup in the reference (the scorer parses it)
+            cells.append(f"<{cell.name}{attrs}>{escape(_text(cell), quote=False)}</{cell.name}>")
         rows.append("<tr>" + "".join(cells) + "</tr>")
     return "<table>" + "".join(rows) + "</table>"
 
@@ -129,17 +141,40 @@ class _Block:
     text: str
 
 
-def _blocks(node: Tag, out: list[_Block], list_depth: int = 0) -> None:
-    """Walk the body in DOM order (the reading order of the HTML) and collect text blocks."""
-    pending: list[str] = []
+def _has_block(tag: Tag) -> bool:
+    """Whether a block element lies below ``tag`` (``tag.find(_BLOCK_TAGS)`` costs the subtree's
+    depth before its first step, so a walk calling it at every level of a deep page is quadratic)."""
+    stack = [tag]
+    while stack:
+        for child in stack.pop().children:
+            if isinstance(child, Tag):
+                if child.name in _BLOCK_TAGS:
+                    return True
+                stack.append(child)
+    return False
 
-    def flush() -> None:
+
+def _blocks(body: Tag) -> list[_Block]:
+    """Walk the body in DOM order (the reading order of the HTML) and collect text blocks.
+
+    The walk keeps its own stack of open containers (children left, pending inline text, list
+    depth), so a page nested 150,000 levels deep costs time, not Python's recursion limit."""
+    out: list[_Block] = []
+
+    def flush(pending: list[str]) -> None:
         text = re.sub(r"[ \t]+", " ", "".join(pending)).strip()
         pending.clear()
         if text:
             out.append(_Block("paragraph", text))
 
-    for child in node.children:
+    stack: list[tuple[Iterator, list[str], int]] = [(iter(body.children), [], 0)]
+    while stack:
+        children, pending, list_depth = stack[-1]
+        child = next(children, None)
+        if child is None:
+            flush(pending)
+            stack.pop()
+            continue
         if isinstance(child, NavigableString):
             pending.append(str(child).replace("\n", " "))
             continue
@@ -148,12 +183,12 @@ def _blocks(node: Tag, out: list[_Block], list_depth: int = 0) -> None:
         name = child.name
         if name in ("img", "svg", "canvas", "video", "iframe", "object", "embed") or (
                 name == "div" and "image" in (child.get("class") or [])):
-            flush()
+            flush(pending)
             continue
         if name not in _BLOCK_TAGS:
             pending.append(_inline_text(child).replace("\n", " ") if name != "br" else " ")
             continue
-        flush()
+        flush(pending)
         if re.fullmatch(r"h[1-6]", name):
             text = _inline_text(child).replace("\n", " ")
             if text:
@@ -165,15 +200,15 @@ def _blocks(node: Tag, out: list[_Block], list_depth: int = 0) -> None:
             if text:
                 out.append(_Block("item", "  " * list_depth + "- " + text))
         elif name in ("ul", "ol"):
-            _blocks(child, out, list_depth + 1 if name in ("ul", "ol") and list_depth else 0)
-        elif name == "p" or not child.find(list(_BLOCK_TAGS)):
+            stack.append((iter(child.children), [], list_depth + 1 if list_depth else 0))
+        elif name == "p" or not _has_block(child):
             text = _inline_text(child)
             if text:
                 kind = "math" if re.fullmatch(r"\\\[.*\\\]|\$\$.*\$\$", text, re.DOTALL) else "paragraph"
                 out.append(_Block(kind, text))
         else:
-            _blocks(child, out, list_depth)
-    flush()
+            stack.append((iter(child.children), [], list_depth))
+    return out
 
 
 def front_matter_for(soup: BeautifulSoup, blocks: list[_Block]) -> FrontMatter:
@@ -223,8 +258,12 @@ def _furniture_texts(soup: BeautifulSoup) -> list[tuple[str, str]]:
     return found
 
 
-def _table_grid(table: Tag, max_rows: int) -> tuple[list[list[str]], set[int], set[int]]:
-    """The table as a grid (spans repeated), header rows (in thead or all <th>) and header columns."""
+def _table_grid(table: Tag, max_rows: int, max_cols: int) -> tuple[list[list[str]], set[int], set[int]]:
+    """The table as a grid (spans repeated), header rows (in thead or all <th>) and header columns.
+
+    Only the first ``max_rows`` rows and ``max_cols`` columns are read: spans repeat a cell's text
+    up to 50 x 50 times, so 20,000 spanning cells in one row (660 kB of HTML) would otherwise make
+    a grid of 50 million entries."""
     grid: list[list[str | None]] = []
     is_th: list[list[bool]] = []
     header_rows: set[int] = set()
@@ -237,18 +276,21 @@ def _table_grid(table: Tag, max_rows: int) -> tuple[list[list[str]], set[int], s
         for cell in cells:
             while c < len(grid[r]) and grid[r][c] is not None:
                 c += 1
+            if c >= max_cols:
+                break
             rowspan = min(int(cell.get("rowspan", 1)) if str(cell.get("rowspan", 1)).isdigit() else 1, 50)
             colspan = min(int(cell.get("colspan", 1)) if str(cell.get("colspan", 1)).isdigit() else 1, 50)
+            text = _text(cell)
             for dr in range(max(rowspan, 1)):
                 while len(grid) <= r + dr:
                     grid.append([])
                     is_th.append([])
-                for dc in range(max(colspan, 1)):
+                for dc in range(min(max(colspan, 1), max_cols - c)):
                     row = grid[r + dr]
                     while len(row) <= c + dc:
                         row.append(None)
                         is_th[r + dr].append(False)
-                    row[c + dc] = _text(cell)
+                    row[c + dc] = text
                     is_th[r + dr][c + dc] = cell.name == "th"
             c += max(colspan, 1)
         if tr.find_parent("thead") is not None or (cells and all(x.name == "th" for x in cells)):
@@ -266,7 +308,7 @@ def _table_tests(soup: BeautifulSoup, stem: str, pdf: str, rng: random.Random, l
     for t_idx, table in enumerate(soup.find_all("table")):
         if table.find_parent(["header", "footer"]):
             continue
-        grid, header_rows, header_cols = _table_grid(table, limits.table_rows_scanned)
+        grid, header_rows, header_cols = _table_grid(table, limits.table_rows_scanned, limits.table_cols_scanned)
         if len(grid) < 2 or not grid or len(grid[0]) < 2:
             continue
         rows = [r for r in range(len(grid)) if r not in header_rows]
@@ -330,8 +372,7 @@ def mine_page(html: str, pdf: str, *, seed: int, limits: MineLimits = MineLimits
     rng = random.Random(f"{seed}:{pdf}")
     soup = _prepare(html)
     body = soup.find("body") or soup
-    blocks: list[_Block] = []
-    _blocks(body, blocks)
+    blocks = _blocks(body)
     front = front_matter_for(soup, blocks)
     text = "\n\n".join(b.text for b in blocks)
     furniture = _furniture_texts(soup)
@@ -367,8 +408,8 @@ def mine_page(html: str, pdf: str, *, seed: int, limits: MineLimits = MineLimits
         if made >= limits.order:
             break
     equations: dict[str, None] = {}
-    for pattern in _MATH_PATTERNS:
-        for match in re.findall(pattern, text, re.DOTALL):
+    for opening, closing in MATH_DELIMITERS:
+        for match in find_delimited(text, opening, closing):
             if len(match.strip()) > 2:
                 equations.setdefault(match.strip())
     for n, equation in enumerate(list(equations)[: limits.math]):

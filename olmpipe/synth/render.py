@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import base64
 import logging
-import re
 import time
+from collections.abc import Iterator
 from importlib import resources
 from pathlib import Path
 from typing import Self
@@ -43,32 +43,56 @@ _URL_ATTRS = ("src", "href", "srcset", "poster", "action", "formaction", "backgr
               "xlink:href", "ping", "cite", "longdesc", "manifest", "codebase")
 _DROP = ("script", "iframe", "frame", "frameset", "object", "embed", "link", "base", "applet",
          "portal", "noscript", "template")
-_MATH = re.compile(r"\\\(.+?\\\)|\\\[.+?\\\]|\$\$.+?\$\$", re.DOTALL)
-_CSS_URL = re.compile(r"url\(\s*(['\"]?)(?!data:)[^)]*\1\s*\)|@import[^;]*;", re.IGNORECASE)
 CSS_PX_PER_PT = 96 / 72
+#: Math delimiters (opening, closing), in the order olmocr's miner applies its patterns (``mine_html_templates.py`` lines 1127-1164).
+MATH_DELIMITERS = (("$$", "$$"), ("\\(", "\\)"), ("\\[", "\\]"))
 
-# Typesets every \(...\), \[...\] and $$...$$ found inside one text node; returns how many.
+# Typesets every \(...\), \[...\] and $$...$$ found inside one text node; returns how many. The
+# segments are those of the regex /\\\[([\s\S]+?)\\\]|\\\(([\s\S]+?)\\\)|\$\$([\s\S]+?)\$\$/g, found
+# with indexOf in linear time (the regex retries every later opening after one without a closing,
+# which takes hours on a page of unclosed "\("); each delimiter's next opening and closing are kept
+# until passed, so no stretch of text is scanned twice for the same delimiter.
 _KATEX_WALK = r"""
 (() => {
-  const re = /\\\[([\s\S]+?)\\\]|\\\(([\s\S]+?)\\\)|\$\$([\s\S]+?)\$\$/g;
+  const DELIMS = [['\\[', '\\]', true], ['\\(', '\\)', false], ['$$', '$$', true]];
+  function segments(text) {
+    const found = [];
+    const open = [-2, -2, -2], close = [-2, -2, -2];  // -2: not looked up yet; -1: none left
+    let pos = 0;
+    for (;;) {
+      let best = -1;
+      for (let k = 0; k < 3; k++) {
+        const [o, c] = DELIMS[k];
+        if (open[k] === -1 || close[k] === -1) continue;
+        if (open[k] < pos) open[k] = text.indexOf(o, pos);
+        if (open[k] < 0) { open[k] = -1; continue; }
+        const from = open[k] + o.length + 1;
+        if (close[k] < from) close[k] = text.indexOf(c, from);
+        if (close[k] < 0) { close[k] = -1; continue; }
+        if (best < 0 || open[k] < open[best]) best = k;
+      }
+      if (best < 0) return found;
+      const [o, c, display] = DELIMS[best];
+      found.push([open[best], close[best] + c.length, text.slice(open[best] + o.length, close[best]), display]);
+      pos = close[best] + c.length;
+    }
+  }
   const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
   const nodes = [];
   while (walker.nextNode()) nodes.push(walker.currentNode);
   let count = 0;
   for (const node of nodes) {
     const text = node.nodeValue;
-    re.lastIndex = 0;
-    if (!re.test(text)) continue;
-    re.lastIndex = 0;
+    const found = segments(text);
+    if (!found.length) continue;
     const span = document.createElement('span');
-    let last = 0, m;
-    while ((m = re.exec(text))) {
-      span.appendChild(document.createTextNode(text.slice(last, m.index)));
-      const tex = m[1] ?? m[2] ?? m[3];
+    let last = 0;
+    for (const [start, end, tex, display] of found) {
+      span.appendChild(document.createTextNode(text.slice(last, start)));
       const holder = document.createElement('span');
-      holder.innerHTML = katex.renderToString(tex, {displayMode: m[2] === undefined, throwOnError: false});
+      holder.innerHTML = katex.renderToString(tex, {displayMode: display, throwOnError: false});
       span.appendChild(holder);
-      last = re.lastIndex;
+      last = end;
       count++;
     }
     span.appendChild(document.createTextNode(text.slice(last)));
@@ -79,8 +103,56 @@ _KATEX_WALK = r"""
 """
 
 
+def find_delimited(text: str, opening: str, closing: str) -> Iterator[str]:
+    """What ``re.findall(re.escape(opening) + "(.+?)" + re.escape(closing), text, re.DOTALL)``
+    returns, in linear time: the regex tries every later opening again after one without a closing,
+    so a page of 300,000 unclosed ``\\(`` took hours.
+
+    >>> list(find_delimited(r"a \\(x\\) b \\(y\\) \\(z", "\\\\(", "\\\\)"))
+    ['x', 'y']
+    """
+    pos = 0
+    while (start := text.find(opening, pos)) >= 0:
+        end = text.find(closing, start + len(opening) + 1)  # ``.+?``: at least one character
+        if end < 0:
+            return  # no closing after this opening, so none after any later one either
+        yield text[start + len(opening):end]
+        pos = end + len(closing)
+
+
 class RenderRefused(ValueError):
     """The page cannot become a one-page PDF (too many pages, nothing printed); the reason says why."""
+
+
+def neutralise_css(css: str) -> str:
+    """``css`` with every ``url(...)`` that is not a ``data:`` URL and every ``@import ...;`` replaced
+    by ``none``, in linear time (a regex retrying each later ``url(`` after an unclosed one took
+    45 s on 80 kB); an unclosed one runs to the end of the text, as in CSS's own tokenizer.
+
+    >>> neutralise_css("a{background:url( 'http://x/y.png' )} b{background:url(data:image/png;base64,AA)}")
+    'a{background:none} b{background:url(data:image/png;base64,AA)}'
+    """
+    lower = css.lower()
+    out: list[str] = []
+    pos = 0
+    while True:
+        url, imp = lower.find("url(", pos), lower.find("@import", pos)
+        start = min((i for i in (url, imp) if i >= 0), default=-1)
+        if start < 0:
+            out.append(css[pos:])
+            return "".join(out)
+        out.append(css[pos:start])
+        if start == url:
+            end = lower.find(")", start)
+            end = len(css) if end < 0 else end + 1
+            target = css[start + 4:end].strip().rstrip(")").strip().strip("'\"").lstrip()
+            keep = target.lower().startswith("data:")
+        else:
+            end = lower.find(";", start)
+            end = len(css) if end < 0 else end + 1
+            keep = False
+        out.append(css[start:end] if keep else "none")
+        pos = end
 
 
 def _katex_asset(name: str) -> str:
@@ -107,9 +179,9 @@ def sanitize(html: str) -> str:
                     attr.lower() in _URL_ATTRS and not text.strip().lower().startswith(("data:", "#"))):
                 del tag.attrs[attr]
             elif attr.lower() == "style":
-                tag.attrs[attr] = _CSS_URL.sub("none", text)
+                tag.attrs[attr] = neutralise_css(text)
     for style in soup.find_all("style"):
-        style.string = _CSS_URL.sub("none", style.get_text())
+        style.string = neutralise_css(style.get_text())
     if soup.html is None:
         soup.append(soup.new_tag("html"))
     if soup.head is None:
@@ -165,7 +237,7 @@ class HtmlRenderer:
         """PDF bytes of the sanitized page at ``width_pt`` x ``height_pt``; raises RenderRefused when it
         does not fit on one page, BrowserError when the browser fails or exceeds ``timeout_s``."""
         clean = sanitize(html)
-        needs_math = bool(_MATH.search(clean))
+        needs_math = any(next(find_delimited(clean, o, c), None) is not None for o, c in MATH_DELIMITERS)
         browser = self._get()
         deadline = time.monotonic() + self.timeout_s
 

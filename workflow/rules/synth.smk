@@ -62,7 +62,16 @@ checkpoint synth_tests:
         mem_mb=3000,
         runtime=60,
     params:
-        synth={k: SYNTH[k] for k in ("seed", "tests", "test_timeout_s")},
+        synth={
+            k: SYNTH[k]
+            for k in (
+                "seed",
+                "tests",
+                "test_timeout_s",
+                "page_timeout_s",
+                "page_memory_mb",
+            )
+        },
         code=rule_code_version("synth_tests"),
     run:
         run_stage(
