@@ -7,8 +7,10 @@
 The train rule's GPU count is a Snakemake resource (``resources.train.gpu`` in the config, shown to
 SLURM as ``--gpus``), so the launcher is built from that same number and the job never starts more
 processes than the GPUs SLURM granted. With one training process the module runs as a plain
-``python -m``: no launcher process sits between SLURM and the trainer, so SIGTERM at preemption or
-walltime reaches the trainer directly. With TRL's vLLM ``server`` mode, ``vllm_server_gpus`` of the
+``python -m`` (on a GPU behind ``python -m olmpipe.launch --exec``, which limits
+``CUDA_VISIBLE_DEVICES`` to the job's GPU and then replaces itself by the trainer): no launcher
+process sits between SLURM and the trainer, so SIGTERM at preemption or walltime reaches the
+trainer directly. With TRL's vLLM ``server`` mode, ``vllm_server_gpus`` of the
 job's GPUs are left to the ``trl vllm-serve`` process and training uses the rest; ``colocate`` mode
 shares every GPU between training and generation.
 
@@ -186,15 +188,22 @@ def launch_command(
     may share a node. With ``nodes > 1`` the argv is ``srun`` starting ``python -m olmpipe.launch
     --node`` once per node (see :func:`node_command`).
 
-    >>> launch_command("olmpipe.train", ["--seed", "1"], gpus=1, python="py")
+    One process on a GPU runs through ``python -m olmpipe.launch --exec``, which limits
+    ``CUDA_VISIBLE_DEVICES`` to the job's GPU inside the job and replaces itself by the trainer
+    (:func:`single_gpu_environment`); without GPUs the module runs plainly.
+
+    >>> launch_command("olmpipe.train", ["--seed", "1"], gpus=0, python="py")
     ['py', '-m', 'olmpipe.train', '--seed', '1']
+    >>> launch_command("olmpipe.train", ["--seed", "1"], gpus=1, python="py")[:6]
+    ['py', '-m', 'olmpipe.launch', '--exec', '--gpus', '1']
     >>> launch_command("olmpipe.train", [], gpus=2, python="py")[:5]
     ['py', '-m', 'accelerate.commands.launch', '--config_file', 'workflow/accelerate/ddp.yaml']
     """
     p = plan(gpus, launcher, vllm_server_gpus, strategy, nodes)
     python = python or sys.executable
-    if p.vllm_server_gpus:
-        # The devices are known only inside the job: olmpipe.launch --exec splits them there.
+    if p.vllm_server_gpus or (gpus > 0 and not p.distributed and p.nodes == 1):
+        # The devices are known only inside the job: olmpipe.launch --exec splits them there (between
+        # the trainer and the vLLM server), or gives a single process only its GPU.
         cmd = [python, "-m", "olmpipe.launch", "--exec", "--gpus", str(gpus), "--vllm-server-gpus",
                str(vllm_server_gpus), "--launcher", launcher, "--strategy", strategy, "--config-dir", str(config_dir)]
         if main_process_port is not None:
@@ -291,21 +300,46 @@ def _job_argv(p: LaunchPlan, module: str, args: Sequence[str], python: str, port
     return [*_launcher_argv(p, python, None, None, port, config_dir), "-m", module, *args]
 
 
+def single_gpu_environment(env: Mapping[str, str], gpus: int) -> dict[str, str]:
+    """``CUDA_VISIBLE_DEVICES`` of a one-process job on a GPU: that GPU only.
+
+    transformers counts every visible GPU (``TrainingArguments._setup_devices``, transformers 5.24
+    ``training_args.py`` ~1950: ``_n_gpu = torch.cuda.device_count()``) and TRL 1.16's GRPOTrainer
+    refuses ``n_gpu > 1`` (``trl/trainer/grpo_trainer.py:975-980``), so a workstation with several
+    GPUs would fail. The job's GPU is the first of ``CUDA_VISIBLE_DEVICES`` when set (SLURM sets it
+    to the granted GPU), else GPU 0. A variable set but empty (GPUs hidden on purpose) is left alone.
+
+    >>> single_gpu_environment({"CUDA_VISIBLE_DEVICES": "2,3"}, 1)
+    {'CUDA_VISIBLE_DEVICES': '2'}
+    >>> single_gpu_environment({}, 1)
+    {'CUDA_VISIBLE_DEVICES': '0'}
+    """
+    from olmpipe.train.vllm_server import visible_devices
+
+    if gpus < 1 or ("CUDA_VISIBLE_DEVICES" in env and not env["CUDA_VISIBLE_DEVICES"].strip()):
+        return {}
+    return {"CUDA_VISIBLE_DEVICES": ",".join(visible_devices(env, 1))}
+
+
 def server_mode_command(module: str, args: Sequence[str], *, gpus: int, vllm_server_gpus: int,
                         env: Mapping[str, str], launcher: str = "accelerate", strategy: str = "ddp",
                         python: str | None = None, main_process_port: int | None = None,
                         config_dir: str | Path = ACCELERATE_CONFIG_DIR) -> tuple[list[str], dict[str, str]]:
-    """(argv, environment changes) of a job whose last GPUs go to the vLLM server.
+    """(argv, environment changes) of a one-node job whose devices are decided inside the job.
 
-    The training processes see only their GPUs (``CUDA_VISIBLE_DEVICES``) and rank 0 finds the
-    server's in ``OLMPIPE_VLLM_SERVER_DEVICES`` (:func:`olmpipe.train.vllm_server.trainer_environment`,
-    which starts the server there).
+    With ``vllm_server_gpus``, the last of the job's GPUs go to the vLLM server: the training
+    processes see only theirs (``CUDA_VISIBLE_DEVICES``) and rank 0 finds the server's in
+    ``OLMPIPE_VLLM_SERVER_DEVICES`` (:func:`olmpipe.train.vllm_server.trainer_environment`, which
+    starts the server there). Without, a single process sees only its GPU (:func:`single_gpu_environment`).
     """
     from olmpipe.train.vllm_server import trainer_environment
 
     p = plan(gpus, launcher, vllm_server_gpus, strategy, 1)
     try:
-        changes = trainer_environment(env, gpus, vllm_server_gpus)
+        if vllm_server_gpus:
+            changes = trainer_environment(env, gpus, vllm_server_gpus)
+        else:
+            changes = {} if p.distributed else single_gpu_environment(env, gpus)
     except ValueError as exc:
         raise LaunchError(str(exc)) from exc
     return _job_argv(p, module, args, python or sys.executable, main_process_port, config_dir), changes
@@ -405,8 +439,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="inside srun on one node of a multi-node job: build this node's launcher from "
                              "SLURM's environment and replace this process by it")
     parser.add_argument("--exec", dest="exec_here", action="store_true",
-                        help="inside a one-node job with --vllm-server-gpus: give the server the last GPUs, the "
-                             "trainer the others, and replace this process by the trainer's launcher")
+                        help="inside a one-node job: with --vllm-server-gpus give the server the last GPUs and the "
+                             "trainer the others, with one training process give it only its GPU; then replace this "
+                             "process by the trainer's launcher")
     parser.add_argument("--supervise", action="store_true",
                         help="run MODULE ARGS (a launcher's argv) under supervise(): SIGTERM reaches every rank, "
                              "exit 75 after it")

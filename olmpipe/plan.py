@@ -37,6 +37,7 @@ from typing import Any
 
 from olmpipe.launch import DEEPSPEED_STRATEGIES, LaunchError, LaunchPlan, launch_prefix, plan
 from olmpipe.train.precision import Precision, resolve_precision
+from olmpipe.train.vllm_server import collective_timeout_problem
 
 logger = logging.getLogger(__name__)
 
@@ -380,6 +381,9 @@ def memory_plan(cfg: Mapping[str, Any], shape: ModelShape, gpus: int | None = No
                       Term("vLLM KV cache (1 sequence)", kv, f"{max_len} tokens{unset}", len_fix)]
             where = f"the vLLM server's share ({utilization:g} x {gpu_gib:g} = {share:.1f} GiB)"
             other = "or raise train.grpo.vllm_tensor_parallel_size with more vllm_server_gpus"
+            timeout = collective_timeout_problem(cfg["train"], grpo, n)
+            if timeout:
+                problems.append(timeout)
             if launch.vllm_server_gpus < tp:
                 problems.append(f"train.grpo.vllm_mode: server needs resources.train.vllm_server_gpus >= "
                                 f"vllm_tensor_parallel_size ({tp}), got {launch.vllm_server_gpus}: give the server "

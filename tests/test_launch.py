@@ -30,10 +30,40 @@ CONFIGS = REPO / "workflow" / "accelerate"
 SLURM_ENV = {"SLURM_PROCID": "1", "SLURM_JOB_ID": "123456", "SLURM_JOB_NODELIST": "gpu-a,gpu-b"}
 
 
-@pytest.mark.parametrize("gpus", [0, 1])
-def test_zero_or_one_gpu_runs_the_module_directly(gpus: int) -> None:
-    assert launch_command("olmpipe.train", ["--seed", "3"], gpus=gpus, python="py") == [
+def test_a_cpu_job_runs_the_module_directly() -> None:
+    assert launch_command("olmpipe.train", ["--seed", "3"], gpus=0, python="py") == [
         "py", "-m", "olmpipe.train", "--seed", "3"]
+
+
+@pytest.mark.parametrize(("env", "expected"), [
+    ({}, {"CUDA_VISIBLE_DEVICES": "0"}),  # a workstation: GPU 0 of all
+    ({"CUDA_VISIBLE_DEVICES": "2,3"}, {"CUDA_VISIBLE_DEVICES": "2"}),  # more exported than the job asked for
+    ({"CUDA_VISIBLE_DEVICES": "5"}, {"CUDA_VISIBLE_DEVICES": "5"}),  # SLURM's grant stays
+    ({"CUDA_VISIBLE_DEVICES": ""}, {}),  # GPUs hidden on purpose: left alone
+])
+def test_one_gpu_process_sees_only_its_gpu(env: dict, expected: dict) -> None:
+    """transformers counts every visible GPU and TRL's GRPOTrainer refuses n_gpu > 1: the one process
+    of a GPU job gets one device, through `olmpipe.launch --exec` (exec keeps the PID for SIGTERM)."""
+    job = launch_command("olmpipe.train", ["--seed", "3"], gpus=1, python="py", stop_grace_s=60)
+    assert job[:6] == ["py", "-m", "olmpipe.launch", "--exec", "--gpus", "1"]
+    assert job[-3:] == ["olmpipe.train", "--seed", "3"]
+    cmd, changes = server_mode_command("olmpipe.train", ["--seed", "3"], gpus=1, vllm_server_gpus=0, env=env,
+                                       python="py")
+    assert cmd == ["py", "-m", "olmpipe.train", "--seed", "3"] and changes == expected
+    # several training processes keep every GPU of the job (accelerate gives rank i cuda:i)
+    assert server_mode_command("m", [], gpus=2, vllm_server_gpus=0, env=env, python="py")[1] == {}
+
+
+def test_exec_gives_one_process_its_gpu_only(tmp_path: Path) -> None:
+    """`olmpipe.launch --exec --gpus 1` really replaces itself by the module with one visible GPU."""
+    env = {**os.environ, "PYTHONPATH": str(REPO / "tests"), "PROBE_OUT": str(tmp_path),
+           "CUDA_VISIBLE_DEVICES": "4,5,6"}
+    env.pop("RANK", None)
+    proc = subprocess.Popen([sys.executable, "-m", "olmpipe.launch", "--exec", "--gpus", "1", "distprobe"], env=env,
+                            cwd=tmp_path)
+    assert proc.wait(timeout=120) == 0
+    record = json.loads((tmp_path / "rank0.json").read_text())
+    assert record["env"]["CUDA_VISIBLE_DEVICES"] == "4"
 
 
 @pytest.mark.parametrize("strategy", ["ddp", "zero2", "zero3", "fsdp"])
@@ -173,7 +203,7 @@ def test_cli_prints_the_command(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_module_entry_point() -> None:
-    proc = subprocess.run([sys.executable, "-m", "olmpipe.launch", "--gpus", "1", "olmpipe.train"],
+    proc = subprocess.run([sys.executable, "-m", "olmpipe.launch", "--gpus", "0", "olmpipe.train"],
                           capture_output=True, text=True, check=True)
     assert proc.stdout.split()[1:] == ["-m", "olmpipe.train"]
 

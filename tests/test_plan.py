@@ -167,6 +167,12 @@ def test_sharding_strategies_order_memory() -> None:
     assert one.launch.effective_strategy == "single"
 
 
+def test_server_mode_needs_a_collective_timeout_longer_than_the_server_start() -> None:
+    """The other ranks wait for rank 0 while it starts the server: ddp_timeout must outlast it."""
+    plan = memory_plan(config(ZERO2_SERVER, {"train": {"grpo": {"ddp_timeout": 600}}}), seven_b())
+    assert any("train.grpo.ddp_timeout (600 s)" in m and "startup_timeout_s (900 s)" in m for m in plan.problems)
+
+
 def test_server_mode_needs_a_server_gpu() -> None:
     plan = memory_plan(config(ZERO2_SERVER, {"resources": {"train": {"vllm_server_gpus": 0}}}), seven_b())
     assert any("vllm_server_gpus" in m for m in plan.problems)

@@ -173,3 +173,41 @@ def test_sigterm_to_the_supervised_launcher_stops_every_rank_with_a_checkpoint(t
     assert sorted(p.name for p in saved[0].glob("rng_state_*.pth")) == ["rng_state_0.pth", "rng_state_1.pth"]
     assert text.count("exiting with 75") >= 1
     assert not [pid for pid in group if _alive(pid)], "a rank outlived the job"
+
+
+@pytest.mark.parametrize("strategy", [
+    "ddp",
+    pytest.param("zero2", marks=pytest.mark.skipif(_deepspeed_missing(), reason="needs the deepspeed extra")),
+])
+def test_the_process_group_uses_the_configured_timeout(strategy: str, tmp_path: Path) -> None:
+    """train.grpo.ddp_timeout is the timeout of the group every collective uses, also after transformers
+    builds its own state; a barrier a rank never reaches fails after it instead of after the default
+    (gloo 30 min here, NCCL 10 min on GPUs) that a bare PartialState() gave."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": "",
+           "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tests")])}
+    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file",
+           str(REPO / "workflow" / "accelerate" / f"{strategy}.yaml"), "--num_processes", "2",
+           "--main_process_port", str(24000 + os.getpid() % 9000), str(REPO / "tests" / "barrier_probe.py"), "5",
+           str(tmp_path)]
+    # a group with the default timeout would hold the barrier for 30 minutes: the harness stops it at 240 s
+    proc = subprocess.run(["timeout", "-k", "10", "240", *cmd], cwd=REPO, env=env, capture_output=True, text=True,
+                          check=False)
+    assert (tmp_path / "done.json").exists(), proc.stdout[-3000:] + proc.stderr[-5000:]
+    for rank in (0, 1):
+        seen = json.loads((tmp_path / f"rank{rank}.json").read_text())
+        assert seen == {"timeout_s": 5.0, "after_trainer_args_s": 5.0}, seen
+    ended = json.loads((tmp_path / "done.json").read_text())["barrier"]
+    assert ended != "passed" and "timed out" in ended.lower(), ended
+
+
+def test_a_server_job_refuses_a_collective_timeout_shorter_than_the_server_start() -> None:
+    from olmpipe.config import load_config
+    from olmpipe.train.vllm_server import collective_timeout_problem
+
+    cfg = load_config(overrides={"train": {"grpo": {"use_vllm": True, "vllm_mode": "server", "ddp_timeout": 600},
+                                           "vllm_server": {"startup_timeout_s": 900}}})
+    problem = collective_timeout_problem(cfg["train"], cfg["train"]["grpo"], 7)
+    assert "train.grpo.ddp_timeout (600 s)" in problem and "raise train.grpo.ddp_timeout to 1020" in problem
+    assert collective_timeout_problem(cfg["train"], cfg["train"]["grpo"], 1) is None  # one rank waits for nobody
+    ok = load_config(overrides={"train": {"grpo": {"use_vllm": True, "vllm_mode": "server"}}})
+    assert collective_timeout_problem(ok["train"], ok["train"]["grpo"], 7) is None  # defaults 1800 vs 900

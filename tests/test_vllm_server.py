@@ -98,6 +98,10 @@ def test_trainer_environment_round_trips_the_server_devices():
     assert server_devices(env) == ["6", "7"]
     assert trainer_environment({}, 3, 1) == {"CUDA_VISIBLE_DEVICES": "0,1", SERVER_DEVICES_ENV: "2"}
     assert trainer_environment({}, 3, 0) == {}
+    # a workstation exporting more GPUs than the job asked for: the job's 2 are split, not all 4
+    # (training on 3 GPUs in one process would fail in TRL; the server would sit on a GPU not granted)
+    assert trainer_environment({"CUDA_VISIBLE_DEVICES": "0,1,2,3"}, 2, 1) == {"CUDA_VISIBLE_DEVICES": "0",
+                                                                             SERVER_DEVICES_ENV: "1"}
     with pytest.raises(VLLMServerError, match="vllm_server_gpus"):
         server_devices({})
 
@@ -170,6 +174,28 @@ def test_server_answers_then_leaves_nothing_behind(tmp_path, monkeypatch):
     assert {e["pid"] for e in recorded if e["event"] == "sigterm"} == started  # the whole group asked politely
     log = (tmp_path / "run" / "vllm_server.log").read_text()
     assert "fake vLLM: listening" in log and "olmpipe: starting" in log
+
+
+def test_the_trainer_reaches_its_server_past_a_proxy(tmp_path, monkeypatch):
+    """A cluster's http_proxy (here an address nothing listens on) must not route the trainer's
+    requests to 127.0.0.1: TRL's client (requests, a Session and requests.get) reaches the server
+    while the block runs; NO_PROXY/no_proxy are restored after it."""
+    import requests
+
+    monkeypatch.setenv("http_proxy", "http://127.0.0.1:9")  # discard port: nothing answers
+    monkeypatch.setenv("HTTP_PROXY", "http://127.0.0.1:9")
+    monkeypatch.setenv("NO_PROXY", "corp.example")
+    monkeypatch.delenv("no_proxy", raising=False)
+    record = tmp_path / "record.jsonl"
+    with ManagedVLLMServer(make_cfg(record), "model", tmp_path / "run", gpus=["0"]) as server:
+        assert requests.get(server.url + "/health", timeout=10).status_code == 200
+        with requests.Session() as session:
+            assert session.get(server.url + "/health", timeout=10).status_code == 200
+        assert os.environ["no_proxy"] == os.environ["NO_PROXY"] == "corp.example,127.0.0.1"
+    assert os.environ["NO_PROXY"] == "corp.example" and "no_proxy" not in os.environ
+    with pytest.raises(requests.exceptions.ProxyError):  # the proxy is really in the way without it
+        requests.get(server.url + "/health", timeout=10)
+    assert_nothing_left(record)
 
 
 def test_error_in_the_block_stops_the_server_and_keeps_the_log(tmp_path):

@@ -54,6 +54,24 @@ def _world_size() -> int:
     return int(os.environ.get("WORLD_SIZE", "1"))
 
 
+def init_distributed(timeout_s: float) -> None:
+    """Join the job's process group, created with a collective timeout of ``timeout_s`` seconds
+    (``train.grpo.ddp_timeout``); no-op in a single process or when the group exists.
+
+    This must be the first distributed call of the run: accelerate creates the group once, on the
+    first ``PartialState`` (accelerate 1.15 ``state.py:177-285``; ``timeout`` reaches
+    ``init_process_group`` or DeepSpeed's ``init_distributed``), and transformers' own
+    ``PartialState(timeout=ddp_timeout)`` (``training_args.py:1885-1891``) comes too late to change
+    it: without this, a ``PartialState()`` without timeout made the group (NCCL's default: 10 min).
+    """
+    if _world_size() > 1:
+        from datetime import timedelta
+
+        from accelerate import PartialState
+
+        PartialState(timeout=timedelta(seconds=timeout_s))
+
+
 def _barrier() -> None:
     """Wait for every rank (no-op in a single process)."""
     if _world_size() > 1:
@@ -186,7 +204,12 @@ def _train_locked(
     from olmpipe.train.precision import resolve_precision, restore_fp32_masters, save_final_weights
     from olmpipe.train.resume import run_settings, settings_fingerprint
     from olmpipe.train.trainer import ResumableGRPOTrainer, load_checkpoint_weights
-    from olmpipe.train.vllm_server import ManagedVLLMServer, server_devices, wants_server
+    from olmpipe.train.vllm_server import (
+        ManagedVLLMServer,
+        collective_timeout_problem,
+        server_devices,
+        wants_server,
+    )
 
     tcfg, rcfg = cfg["train"], cfg["rewards"]
     final_dir = Path(final_dir) if final_dir is not None else run_dir / "model"
@@ -203,6 +226,10 @@ def _train_locked(
     if device == "cpu" and knobs.get("use_vllm") and knobs.get("vllm_mode") == "server":
         raise ValueError("train.grpo.vllm_mode: server needs CUDA (trl vllm-serve syncs weights over NCCL); "
                          "on the CPU use vllm_mode: colocate or use_vllm: false (docs/vllm.md)")
+    problem = collective_timeout_problem(tcfg, knobs, _world_size())
+    if problem:
+        raise ValueError(problem)
+    init_distributed(knobs["ddp_timeout"])
     settings = run_settings(cfg, seed, str(model_path), _world_size())
     fingerprint = settings_fingerprint(settings)
     checkpoint = resolve_resume(tcfg["resume"], run_dir, settings)

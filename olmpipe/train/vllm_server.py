@@ -16,6 +16,11 @@ job so that nothing is left behind:
 - start-up waits for ``GET /health`` to answer 200 (what TRL 1.16's client polls,
   ``trl/generation/vllm_client.py`` line 278) within ``startup_timeout_s``; a server that exits or
   stays silent fails with :class:`VLLMServerError` quoting the log's last lines, after being stopped;
+- while the block runs, the server's address is in ``NO_PROXY``/``no_proxy`` of the trainer's
+  process: TRL 1.16's client talks to it with ``requests`` (``trl/generation/vllm_client.py:218``
+  a ``Session``, ``:283`` ``requests.get``), which routes 127.0.0.1 through ``http_proxy`` unless
+  ``no_proxy`` names it; a cluster's proxy would make the trainer's own server unreachable. The
+  previous values come back when the block ends;
 - it is stopped when the ``with`` block ends, normally or by an exception, and on SIGTERM to a
   process that had no SIGTERM handler of its own (the block is left with ``SystemExit(143)``). A
   process that handles SIGTERM itself (:class:`olmpipe.train.callbacks.StopOnSignal`) keeps the
@@ -41,6 +46,7 @@ from __future__ import annotations
 
 import ctypes
 import logging
+import math
 import os
 import signal
 import socket
@@ -75,6 +81,9 @@ KILL_WAIT_S = 5.0
 DISTRIBUTED_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
                    "ROLE_RANK", "ROLE_WORLD_SIZE", "ROLE_NAME", "MASTER_ADDR", "MASTER_PORT",
                    "TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS")
+#: The proxy-exclusion variables (requests reads ``no_proxy`` first, then ``NO_PROXY``; other tools
+#: one or the other): both get the server's host.
+NO_PROXY_ENV = ("no_proxy", "NO_PROXY")
 #: Linux ``prctl`` option: signal to receive when the parent (thread) dies.
 _PR_SET_PDEATHSIG = 1
 #: Watchdog run as ``python -I -c`` in the server's process group (ignoring the group's SIGTERM):
@@ -135,10 +144,16 @@ def split_devices(visible: Sequence[str], server_gpus: int) -> tuple[list[str], 
 
 
 def visible_devices(environ: Mapping[str, str], gpus: int) -> list[str]:
-    """The job's devices: ``CUDA_VISIBLE_DEVICES`` when set (SLURM sets it), else ``0..gpus-1``."""
+    """The job's ``gpus`` devices: the first ``gpus`` of ``CUDA_VISIBLE_DEVICES`` when it is set (SLURM
+    sets it to exactly the granted GPUs; a workstation may export more than the job asked for), else
+    ``0..gpus-1``. Fewer listed than ``gpus`` are returned as they are (the callers say what is missing).
+
+    >>> visible_devices({"CUDA_VISIBLE_DEVICES": "4,5,6,7"}, 2)
+    ['4', '5']
+    """
     value = environ.get("CUDA_VISIBLE_DEVICES", "").strip()
     if value:
-        return [d.strip() for d in value.split(",") if d.strip()]
+        return [d.strip() for d in value.split(",") if d.strip()][:gpus]
     return [str(i) for i in range(gpus)]
 
 
@@ -171,6 +186,30 @@ def server_devices(environ: Mapping[str, str]) -> list[str]:
 def wants_server(grpo: Mapping[str, Any]) -> bool:
     """True when the GRPO knobs ask for generation by a vLLM server (``use_vllm`` + ``server``)."""
     return bool(grpo["use_vllm"]) and grpo["vllm_mode"] == "server"
+
+
+#: Seconds by which ``train.grpo.ddp_timeout`` must exceed the server's start-up budget: the other
+#: ranks also wait for rank 0's own model loading and dataset building around the start-up.
+DDP_TIMEOUT_MARGIN_S = 120
+
+
+def collective_timeout_problem(train_cfg: Mapping[str, Any], grpo: Mapping[str, Any], train_processes: int) -> str | None:
+    """Why the job's collectives would time out while rank 0 starts the server, or None.
+
+    Only rank 0 starts the server (TRL talks to it from the main process); the other ranks wait for
+    it in a collective, which fails after ``ddp_timeout`` (the process group's timeout,
+    :func:`olmpipe.train.run.init_distributed`).
+    """
+    if train_processes <= 1 or not wants_server(grpo):
+        return None
+    startup = float(train_cfg["vllm_server"]["startup_timeout_s"])
+    need = startup + DDP_TIMEOUT_MARGIN_S
+    if grpo["ddp_timeout"] >= need:
+        return None
+    return (f"train.grpo.ddp_timeout ({grpo['ddp_timeout']} s) must be at least train.vllm_server.startup_timeout_s "
+            f"({startup:g} s) + {DDP_TIMEOUT_MARGIN_S} s: the other {train_processes - 1} rank(s) wait in a collective "
+            f"while rank 0 starts the vLLM server; raise train.grpo.ddp_timeout to {math.ceil(need)} or more, or lower "
+            "startup_timeout_s")
 
 
 def default_program() -> list[str]:
@@ -289,6 +328,7 @@ class ManagedVLLMServer:
         self._watchdog: subprocess.Popen | None = None
         self._log_start = 0
         self._previous_handler: Any = None
+        self._saved_no_proxy: dict[str, str | None] | None = None
         self._stopping = False
         # no proxy: a cluster's http_proxy must not route 127.0.0.1 (urllib honours it otherwise)
         self._opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
@@ -320,13 +360,35 @@ class ManagedVLLMServer:
             finally:
                 self._restore_sigterm()
             raise
+        self._bypass_proxies()
         return self
 
     def __exit__(self, *exc: object) -> None:
         try:
             self.stop()
         finally:
+            self._restore_proxies()
             self._restore_sigterm()
+
+    def _bypass_proxies(self) -> None:
+        """Add the server's host to ``NO_PROXY`` and ``no_proxy`` of this process (the entries of
+        both, merged, so that neither spelling loses what the other had)."""
+        self._saved_no_proxy = {name: os.environ.get(name) for name in NO_PROXY_ENV}
+        hosts: list[str] = []
+        for value in self._saved_no_proxy.values():
+            hosts += [h.strip() for h in (value or "").split(",") if h.strip() and h.strip() not in hosts]
+        if self.host not in hosts:
+            hosts.append(self.host)
+        for name in NO_PROXY_ENV:
+            os.environ[name] = ",".join(hosts)
+
+    def _restore_proxies(self) -> None:
+        saved, self._saved_no_proxy = self._saved_no_proxy, None
+        for name, value in (saved or {}).items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
     def start(self) -> None:
         """Start the server (own process group, log appended) and its watchdog."""
