@@ -12,6 +12,7 @@ use the same paths, tested like any other code. Which code reruns which rule is
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -24,6 +25,10 @@ VALIDATE_DIR = RESULTS / "validate"
 PAGE_INDEX = VALIDATE_DIR / "pages.jsonl"
 VALIDATED_TESTS = VALIDATE_DIR / "tests"
 TINY_MODEL_DIR = RESULTS / "model" / "tiny"
+#: Models downloaded from the Hugging Face hub (rule ``download_model``): ``<org>--<name>/<revision>/``.
+HUB_MODEL_DIR = RESULTS / "model" / "hub"
+#: A hub repository id as ``model.path`` may give it: ``org/name`` (no leading ``.`` or ``/``).
+HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*")
 #: The average of the seeds' final weights (rule ``soup``), the model the evaluate stage scores.
 SOUP_MODEL_DIR = RESULTS / "train" / "soup" / "model"
 
@@ -147,21 +152,55 @@ def page_dirs(bench: Bench) -> list[str]:
     return [str(bench.pages_root / stem) for stem in discover_pdfs(bench.dir)]
 
 
-def model_dir(cfg: Mapping[str, Any]) -> str:
-    """The model folder or hub id the stages load: the built tiny model when ``model.path`` is ``embedded``."""
+class ModelPathError(ValueError):
+    """``model.path`` names no model the workflow can load; the message says what to set."""
+
+
+def hub_model(cfg: Mapping[str, Any]) -> tuple[str, str] | None:
+    """``(repo id, revision)`` when ``model.path`` is a hub id to download, else None.
+
+    ``model.path`` is a hub id when it is no existing file or folder (read from the working
+    directory) and has the form ``org/name``, the rule ``transformers`` applies too; any other path
+    is a local folder (one that does not exist is a missing input of the jobs). A hub id needs
+    ``model.revision`` (what is downloaded, once): raises :class:`ModelPathError` without it.
+
+    >>> hub_model({"model": {"path": "allenai/olmOCR-7B-0825", "revision": "main"}})
+    ('allenai/olmOCR-7B-0825', 'main')
+    """
     path = cfg["model"]["path"]
-    return str(TINY_MODEL_DIR) if path == "embedded" else path
+    if path == "embedded" or os.path.exists(path) or not HUB_ID.fullmatch(path):
+        return None
+    revision = cfg["model"]["revision"]
+    if not revision:
+        raise ModelPathError(f"model.path {path!r} is a hub id: set model.revision to the revision to download "
+                             "once into results/model/hub/ (a commit hash pins it; a branch or tag is resolved "
+                             "to a commit at the first download)")
+    return path, revision
+
+
+def hub_model_dir(repo_id: str, revision: str) -> str:
+    """The folder a hub model's revision is downloaded into: ``results/model/hub/<org>--<name>/<revision>``
+    (``/`` in a revision such as ``refs/pr/1`` becomes ``--``)."""
+    return str(HUB_MODEL_DIR / repo_id.replace("/", "--") / revision.replace("/", "--"))
+
+
+def model_dir(cfg: Mapping[str, Any]) -> str:
+    """The model folder the stages load: the built tiny model when ``model.path`` is ``embedded``, the
+    downloaded folder (:func:`hub_model_dir`) for a hub id, else ``model.path`` itself.
+
+    No job resolves a hub id: the ``download_model`` rule fetches it on the submitting machine, and
+    the jobs read its folder offline (:mod:`olmpipe.hubmodel`).
+    """
+    if cfg["model"]["path"] == "embedded":
+        return str(TINY_MODEL_DIR)
+    hub = hub_model(cfg)
+    return hub_model_dir(*hub) if hub else cfg["model"]["path"]
 
 
 def model_input(cfg: Mapping[str, Any]) -> list[str]:
-    """The model folder as a rule input: ``[folder]`` when it is a file path (built or local), else ``[]``.
-
-    A hub id (``allenai/olmOCR-7B-0825``) is no file Snakemake could check; the embedded model's
-    folder does not exist before ``build_model`` runs but is still an input (its rule builds it).
-    A relative path is read from the working directory.
-    """
-    path = model_dir(cfg)
-    return [path] if cfg["model"]["path"] == "embedded" or os.path.exists(path) else []
+    """The model folder as a rule input, ``[folder]``: built (``build_model``), downloaded
+    (``download_model``) or local (a relative path is read from the working directory)."""
+    return [model_dir(cfg)]
 
 
 def baseline_run_dir(cfg: Mapping[str, Any]) -> str:

@@ -407,10 +407,15 @@ def memory_plan(cfg: Mapping[str, Any], shape: ModelShape, gpus: int | None = No
 
 
 def model_for_plan(cfg: Mapping[str, Any], model: str | Path | None = None) -> str:
-    """The model the plan reads: ``model``, else the stages' (:func:`olmpipe.layout.model_dir`)."""
-    from olmpipe.layout import model_dir
+    """The model the plan reads: ``model``, else the stages' (:func:`olmpipe.layout.model_dir`), or
+    the hub id itself (:data:`KNOWN_MODELS`) while its download folder does not exist yet."""
+    from olmpipe.layout import hub_model, model_dir
 
-    return str(model) if model is not None else model_dir(cfg)
+    if model is not None:
+        return str(model)
+    folder = model_dir(cfg)
+    hub = hub_model(cfg)
+    return hub[0] if hub and not Path(folder).exists() else folder
 
 
 def check_fits(cfg: Mapping[str, Any], gpus: int, model: str | Path) -> MemoryPlan | None:
@@ -425,9 +430,13 @@ def check_fits(cfg: Mapping[str, Any], gpus: int, model: str | Path) -> MemoryPl
         shape = load_shape(model)
     except PlanError as exc:
         if Path(model).parts[:1] == ("results",) and not Path(model).exists():
-            logger.warning("memory plan skipped until the model is built: %s", exc)
-            return None
-        raise
+            if cfg["model"]["path"] in KNOWN_MODELS:  # a hub id not downloaded yet: its known sizes
+                shape = load_shape(cfg["model"]["path"])
+            else:
+                logger.warning("memory plan skipped until the model is built or downloaded: %s", exc)
+                return None
+        else:
+            raise
     result = memory_plan(cfg, shape, gpus)
     if not result.fits:
         raise PlanError("the training job does not fit in GPU memory (olmpipe plan prints the table):\n"

@@ -59,7 +59,9 @@ def test_model_input_is_a_file_path_never_a_hub_id(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     # the embedded model is an input before it exists: build_model makes it
     assert model_input(validate_config({})) == ["results/model/tiny"]
-    assert model_input(validate_config({"model": {"path": "allenai/olmOCR-7B-0825"}})) == []
+    # a hub id is its download folder (download_model makes it; tests/test_hubmodel.py)
+    assert model_input(validate_config({"model": {"path": "allenai/olmOCR-7B-0825", "revision": "main"}})) == [
+        "results/model/hub/allenai--olmOCR-7B-0825/main"]
     (tmp_path / "models" / "qwen").mkdir(parents=True)
     assert model_input(validate_config({"model": {"path": "models/qwen"}})) == ["models/qwen"]
 

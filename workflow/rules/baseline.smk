@@ -58,12 +58,12 @@ rule baseline_generate:
         # Editing the generation, prompt, scoring or stage code reruns the job; finished
         # generations are reused from the journal unless olmpipe.generate/prompts changed.
         code=rule_code_version("generate"),
-        # The model folder (an input) or a hub id (no file).
-        model_path=model_path,
+        # No hub look-up: the model is a folder (a downloaded hub id included).
+        offline=OFFLINE,
         out_dir=RUN_FOLDER,
         python=GENERATE_PYTHON,
         settings=GENERATE_SETTINGS,
     shell:
-        "{params.python:q} -m {params.entry} --settings {params.settings:q}"
-        " --model {params.model_path:q} --pages {input.pages:q} --tests {input.tests:q}"
+        "{params.offline} {params.python:q} -m {params.entry} --settings {params.settings:q}"
+        " --model {input.model:q} --pages {input.pages:q} --tests {input.tests:q}"
         " --out {params.out_dir:q} --threads {threads} > {log:q} 2>&1"

@@ -5,9 +5,12 @@
 from snakemake.exceptions import WorkflowError
 
 from olmpipe.codeversion import rule_code_version
+from olmpipe.hubmodel import offline_prefix
 from olmpipe.layout import (
     BenchLayoutError,
+    ModelPathError,
     benches,
+    hub_model,
     model_dir,
     model_input,
     pdf_files,
@@ -37,11 +40,18 @@ for _bench in BENCHES:
         _key = "bench.dir" if _bench.role == "main" else "bench.eval_dir"
         raise WorkflowError(f"{_key}: {exc}") from None
 
-# The model the stages load: results/model/tiny when model.path is "embedded".
-MODEL_DIR = model_dir(config)
-# The base model as an input of baseline_generate and train_seed: [MODEL_DIR] when it is a file
-# path (built or local), [] for a hub id, which is no file.
+# The model the stages load: results/model/tiny when model.path is "embedded", the downloaded
+# folder results/model/hub/<org>--<name>/<revision> for a hub id (HUB_MODEL: (repo, revision);
+# rule download_model), else the local folder.
+try:
+    HUB_MODEL = hub_model(config)
+    MODEL_DIR = model_dir(config)
+except ModelPathError as exc:
+    raise WorkflowError(str(exc)) from None
+# The base model folder as an input of baseline_generate and train_seed.
 MODEL_INPUT = model_input(config)
+# Prefix of the commands of the jobs that load the model: no hub look-up there (olmpipe.hubmodel).
+OFFLINE = offline_prefix()
 
 
 def conda_env(gpus):
@@ -49,11 +59,6 @@ def conda_env(gpus):
     the set of `scripts/setup.sh --gpu` (CUDA torch, vLLM, DeepSpeed) when it has any, else the
     CPU set."""
     return "../envs/olmpipe-gpu.yaml" if gpus > 0 else "../envs/olmpipe.yaml"
-
-
-def model_path(wildcards, input):
-    """The model a job loads (a params function): its `model` input, else the hub id."""
-    return input.model if input.model else MODEL_DIR
 
 
 def eval_run_outputs(run):

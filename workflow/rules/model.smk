@@ -1,5 +1,5 @@
-# The embedded default model: a tiny random Qwen2.5-VL built locally (no network).
-# Skipped entirely when config["model"]["path"] names a real model folder or hub id.
+# The base model. The embedded default: a tiny random Qwen2.5-VL built locally (no network),
+# skipped when model.path names a model folder or a hub id.
 
 
 rule build_model:
@@ -16,3 +16,25 @@ rule build_model:
         code=rule_code_version("build_model"),
     script:
         "../scripts/build_model.py"
+
+
+# A hub id (model.path: org/name): fetched once, on the machine that runs Snakemake (a local rule:
+# compute nodes may have no internet), into results/model/hub/<org>--<name>/<revision>/; every job
+# reads that folder with the hub switched off (olmpipe/hubmodel.py). No code version: a change of
+# the downloader does not fetch the same revision again or retrain anything.
+if HUB_MODEL:
+
+    rule download_model:
+        output:
+            model=directory(MODEL_DIR),
+        log:
+            "logs/download_model/download_model.log",
+        localrule: True
+        conda:
+            "../envs/olmpipe.yaml"
+        threads: 1
+        params:
+            repo=HUB_MODEL[0],
+            revision=HUB_MODEL[1],
+        script:
+            "../scripts/download_model.py"

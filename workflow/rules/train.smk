@@ -40,8 +40,9 @@ rule train_seed:
         mem_mb=config["resources"]["train"]["mem_mb"],
         runtime=config["resources"]["train"]["runtime"],
     params:
-        # The model folder (an input) or a hub id (no file).
-        base_model=model_path,
+        # No hub look-up in any rank, TRL's reference model or the vLLM server: the model is a
+        # folder (a downloaded hub id included).
+        offline=OFFLINE,
         run_dir=lambda wildcards: f"results/train/seed{wildcards.seed}",
         # The sections training reads, reduced to this seed: adding a seed reruns no other seed.
         config=lambda wildcards: seed_config_json(config, int(wildcards.seed)),
@@ -56,7 +57,7 @@ rule train_seed:
         # see olmpipe/codeversion.py, RULE_CODE).
         code=rule_code_version("train_seed"),
     shell:
-        "exec {params.launch} --seed {wildcards.seed} --model {params.base_model:q}"
+        "exec {params.offline} {params.launch} --seed {wildcards.seed} --model {input.model:q}"
         " --pages {input.pages:q} --tests-dir {input.tests:q} --run-dir {params.run_dir:q}"
         " --final-dir {output.model:q} --threads {threads} --config-json {params.config:q}"
         " > {log:q} 2>&1"

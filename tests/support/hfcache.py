@@ -1,0 +1,46 @@
+"""A Hugging Face hub cache made on disk, in the layout huggingface_hub documents and reads offline.
+
+    <cache>/models--<org>--<name>/
+        blobs/<sha256 of the file>            the file's bytes, once per content
+        refs/<branch>                         the commit the branch points at (no newline)
+        snapshots/<commit>/<path in the repo> a relative symlink to ../../blobs/<sha256>
+
+(huggingface_hub's "Understand caching" guide; ``huggingface_hub.file_download`` writes it.) Tests
+use it to give the ``download_model`` stage a model "on the hub" without a network.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+
+def add_to_cache(cache: str | Path, repo_id: str, folder: str | Path, *, commit: str | None = None,
+                 branch: str | None = "main", skip: tuple[str, ...] = ()) -> str:
+    """Put every file of ``folder`` into ``cache`` as ``repo_id`` at ``commit`` (default: a hash of the
+    files); ``branch`` (if any) points at it; files named in ``skip`` are left out (a partial
+    snapshot). Returns the commit."""
+    folder = Path(folder)
+    files = sorted(p for p in folder.rglob("*") if p.is_file())
+    if commit is None:
+        digest = hashlib.sha1()
+        for path in files:
+            digest.update(path.relative_to(folder).as_posix().encode() + path.read_bytes())
+        commit = digest.hexdigest()
+    repo = Path(cache) / ("models--" + repo_id.replace("/", "--"))
+    for sub in ("blobs", "refs", f"snapshots/{commit}"):
+        (repo / sub).mkdir(parents=True, exist_ok=True)
+    for path in files:
+        rel = path.relative_to(folder)
+        if rel.as_posix() in skip:
+            continue
+        data = path.read_bytes()
+        blob = repo / "blobs" / hashlib.sha256(data).hexdigest()
+        blob.write_bytes(data)
+        link = repo / "snapshots" / commit / rel
+        link.parent.mkdir(parents=True, exist_ok=True)
+        link.symlink_to(os.path.relpath(blob, link.parent))
+    if branch is not None:
+        (repo / "refs" / branch).write_text(commit)
+    return commit

@@ -1,0 +1,223 @@
+"""The model stage for offline nodes: a hub id is downloaded once, on the submitting machine, into
+results/model/hub/, and every job reads that folder with the hub switched off.
+
+"The hub" is a Hugging Face cache built in the test (``support.hfcache``: the documented layout
+of blobs, refs and snapshots) holding the embedded tiny model under a hub id; the network is off
+(``HF_HUB_OFFLINE=1``) for the download, and the jobs after it run with a hub endpoint that records
+every request and answers 503, so that a job that tried the hub would fail and be seen.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import ClassVar
+
+import pytest
+import yaml
+from benchdata import REPO, make_small_bench
+from support.hfcache import add_to_cache
+from support.localhttp import LocalHttpServer, QuietHandler
+
+from olmpipe.hubmodel import MANIFEST_NAME, OFFLINE_ENV
+from olmpipe.layout import ModelPathError, hub_model, hub_model_dir, model_dir, model_input
+
+REPO_ID = "test-org/tiny-vlm"
+HUB_VARS = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE", "HF_HUB_CACHE", "HF_HOME",
+            "HF_ENDPOINT")
+
+
+@pytest.fixture(scope="module")
+def hub_cache(tmp_path_factory, tiny_model_dir: Path) -> tuple[Path, str]:
+    """A Hugging Face cache with the tiny model as test-org/tiny-vlm (branch main); its commit."""
+    cache = tmp_path_factory.mktemp("hf") / "hub"
+    return cache, add_to_cache(cache, REPO_ID, tiny_model_dir)
+
+
+def hub_env(cache: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in HUB_VARS}
+    return {**env, "HF_HUB_CACHE": str(cache), **extra}
+
+
+def download(cache: Path, revision: str, out: Path, **extra: str) -> subprocess.CompletedProcess:
+    """`olmpipe download-model` in a child (huggingface_hub reads HF_HUB_CACHE when imported)."""
+    return subprocess.run([sys.executable, "-m", "olmpipe.cli", "download-model", "--repo", REPO_ID,
+                           "--revision", revision, "--out", str(out)],
+                          env=hub_env(cache, HF_HUB_OFFLINE="1", **extra), capture_output=True, text=True,
+                          timeout=300, check=False)
+
+
+def test_hub_ids_map_to_download_folders(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    cfg = {"model": {"path": REPO_ID, "revision": "refs/pr/1"}}
+    assert hub_model(cfg) == (REPO_ID, "refs/pr/1")
+    assert model_dir(cfg) == "results/model/hub/test-org--tiny-vlm/refs--pr--1"
+    assert model_input(cfg) == [model_dir(cfg)]
+    # the embedded model and an existing folder (even one shaped like a hub id) are no hub ids
+    assert hub_model({"model": {"path": "embedded", "revision": None}}) is None
+    (tmp_path / "local" / "model").mkdir(parents=True)
+    assert hub_model({"model": {"path": "local/model", "revision": None}}) is None
+    assert model_dir({"model": {"path": "local/model", "revision": None}}) == "local/model"
+    with pytest.raises(ModelPathError, match="set model.revision"):
+        model_dir({"model": {"path": REPO_ID, "revision": None}})
+    # a path that is no hub id stays a (missing) local folder: the jobs' missing input
+    assert model_dir({"model": {"path": "/no/such/model", "revision": None}}) == "/no/such/model"
+
+
+def test_download_from_the_cache_with_the_network_off(tmp_path: Path, hub_cache: tuple[Path, str],
+                                                      tiny_model_dir: Path) -> None:
+    cache, commit = hub_cache
+    out = tmp_path / hub_model_dir(REPO_ID, commit)
+    proc = download(cache, commit, out)
+    assert proc.returncode == 0, proc.stderr
+    manifest = json.loads((out / MANIFEST_NAME).read_text())
+    assert (manifest["repo_id"], manifest["revision"], manifest["commit"]) == (REPO_ID, commit, commit)
+    originals = {p.relative_to(tiny_model_dir).as_posix(): p for p in tiny_model_dir.rglob("*") if p.is_file()}
+    assert set(manifest["files"]) == set(originals)
+    for rel, original in originals.items():
+        copied = out / rel
+        # real files with the cache's bytes (no links a compute node could not follow)
+        assert not copied.is_symlink() and copied.read_bytes() == original.read_bytes(), rel
+    assert "branch or tag" not in proc.stderr  # a commit hash is pinned: no warning
+
+    # the model loads from the folder with the hub off, with the weights of the original
+    code = ("import sys, torch\nfrom olmpipe.modelload import load_model_and_processor\n"
+            "a, _ = load_model_and_processor(sys.argv[1], device='cpu')\n"
+            "b, _ = load_model_and_processor(sys.argv[2], device='cpu')\n"
+            "sa, sb = a.state_dict(), b.state_dict()\n"
+            "assert sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa)\n")
+    check = subprocess.run([sys.executable, "-c", code, str(out), str(tiny_model_dir)], capture_output=True,
+                           text=True, env=hub_env(cache, **OFFLINE_ENV), timeout=300, check=False)
+    assert check.returncode == 0, check.stderr[-3000:]
+
+    # once: a second run leaves the folder alone
+    stamp = (out / "model.safetensors").stat().st_mtime_ns
+    assert download(cache, commit, out).returncode == 0
+    assert (out / "model.safetensors").stat().st_mtime_ns == stamp
+
+
+def test_a_branch_is_resolved_once_through_refs(tmp_path: Path, hub_cache: tuple[Path, str]) -> None:
+    cache, commit = hub_cache
+    out = tmp_path / hub_model_dir(REPO_ID, "main")
+    (out.parent / (out.name + ".tmp")).mkdir(parents=True)  # a staging folder left by a killed download
+    (out.parent / (out.name + ".tmp") / "junk").write_text("x")
+    proc = download(cache, "main", out)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads((out / MANIFEST_NAME).read_text())["commit"] == commit
+    assert f"set model.revision: {commit}" in proc.stderr
+    assert not (out / "junk").exists() and not (out.parent / (out.name + ".tmp")).exists()
+
+
+def test_a_partial_or_missing_snapshot_is_refused(tmp_path: Path, tiny_model_dir: Path) -> None:
+    cache = tmp_path / "hub"
+    commit = add_to_cache(cache, REPO_ID, tiny_model_dir, skip=("config.json",))
+    out = tmp_path / "out"
+    proc = download(cache, commit, out)
+    assert proc.returncode == 1 and "lacks config.json" in proc.stderr, proc.stderr
+    assert not out.exists() and not (tmp_path / "out.tmp").exists()
+    proc = download(tmp_path / "empty", "main", out)
+    assert proc.returncode == 1 and "is not (completely) in the Hugging Face cache" in proc.stderr, proc.stderr
+    assert not out.exists()
+
+
+CONFIG = {
+    "bench": {"dir": "bench", "split": {"eval_fraction": 0.34}},
+    "rasterize": {"longest_side": 200},
+    "validate": {"check_math": False},
+    "model": {"name": "hub-tiny", "path": REPO_ID},
+    "rewards": {"bench": {"processes": 0}},
+    "eval_run": {"max_pages": 2},
+    "generation": {"max_new_tokens": 8},
+    "train": {"seeds": [0], "wandb": {"mode": "disabled"},
+              "grpo": {"max_steps": 1, "max_completion_length": 8, "save_steps": 1}},
+}
+
+
+def snakemake(workdir: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
+    proc = subprocess.run([sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "-d", str(workdir),
+                           "--cores", "2", "--nolock", *args], env=env, capture_output=True, text=True,
+                          timeout=900, check=False)
+    assert proc.returncode == 0, f"snakemake failed:\n{proc.stdout[-5000:]}\n{proc.stderr[-5000:]}"
+    return proc
+
+
+LOCAL_RULES = """
+import sys
+from pathlib import Path
+from snakemake.api import SnakemakeApi
+from snakemake.settings.types import ConfigSettings, OutputSettings, ResourceSettings, StorageSettings
+with SnakemakeApi(OutputSettings(quiet={"all"})) as api:
+    workflow = api.workflow(resource_settings=ResourceSettings(), config_settings=ConfigSettings(),
+                            storage_settings=StorageSettings(), snakefile=Path(sys.argv[1]), workdir=Path("."))
+    # the rules declared `localrule: True` (Snakemake 9 keeps their names in Workflow._localrules)
+    print(" ".join(sorted(workflow._workflow._localrules)))
+"""
+
+
+def local_rules(workdir: Path) -> set[str]:
+    proc = subprocess.run([sys.executable, "-c", LOCAL_RULES, str(REPO / "Snakefile")], cwd=workdir,
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return set(proc.stdout.split())
+
+
+class Recorder(QuietHandler):
+    """A hub endpoint that records every request and fails it."""
+
+    seen: ClassVar[list[str]] = []
+
+    def do_GET(self) -> None:
+        self.seen.append(f"{self.command} {self.path} {self.headers.get('user-agent')}")
+        self.send_response(503)
+        self.end_headers()
+
+    do_HEAD = do_POST = do_GET
+
+
+@pytest.mark.slow
+def test_jobs_read_the_downloaded_folder_and_never_the_hub(tmp_path: Path, hub_cache: tuple[Path, str]) -> None:
+    """The workflow on a hub id: `download_model` runs as a local rule with the network off; then
+    baseline generation and a training seed run with the hub reachable only through a recording
+    endpoint: their commands name the folder (never the hub id) under HF_HUB_OFFLINE=1, and the
+    endpoint sees no request."""
+    cache, commit = hub_cache
+    make_small_bench(tmp_path / "bench")
+    (tmp_path / "config").mkdir()
+    config = {**CONFIG, "model": {**CONFIG["model"], "revision": commit}}
+    (tmp_path / "config" / "config.yaml").write_text(yaml.safe_dump(config))
+    folder = hub_model_dir(REPO_ID, commit)
+    targets = ["results/baseline/hub-tiny/scores.json", "results/train/seed0/model"]
+
+    plan = snakemake(tmp_path, hub_env(cache, HF_HUB_OFFLINE="1"), "-n", "-p", *targets)
+    text = plan.stdout + plan.stderr
+    assert "rule download_model:" in text
+    assert local_rules(tmp_path) == {"download_model"}  # runs where Snakemake runs, never on a node
+    commands = [line for line in text.splitlines() if " --model " in line]
+    assert len(commands) == 2
+    for command in commands:  # baseline_generate, train_seed
+        assert f"--model {folder}" in command and "env HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1" in command
+        assert REPO_ID not in command.split("--config-json")[0].split("--settings")[0]
+
+    snakemake(tmp_path, hub_env(cache, HF_HUB_OFFLINE="1"), "download_model")
+    assert json.loads((tmp_path / folder / MANIFEST_NAME).read_text())["commit"] == commit
+
+    Recorder.seen = []
+    with LocalHttpServer(Recorder) as hub:
+        env = hub_env(cache, HF_ENDPOINT=hub.base_url)  # the hub "reachable": jobs must not ask it
+        second = snakemake(tmp_path, env, *targets)
+        text = second.stdout + second.stderr
+        assert "download_model" not in re.findall(r"rule (\w+):", text)  # once
+        assert Recorder.seen == [], Recorder.seen
+        # the endpoint works: a job that asked it would have been recorded (and failed)
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        with pytest.raises(urllib.error.HTTPError, match="503"):
+            opener.open(f"{hub.base_url}/api/models/{REPO_ID}", timeout=30)
+        assert len(Recorder.seen) == 1
+    assert (tmp_path / "results" / "train" / "seed0" / "model" / "config.json").exists()
+    assert (tmp_path / "results" / "baseline" / "hub-tiny" / "scores.json").exists()
