@@ -96,8 +96,9 @@ def test_grpo_config_from_config(tmp_path):
     assert not args.bf16 and args.use_cpu and args.remove_unused_columns is False and not args.log_completions
     assert args.reward_weights == [1.0, 0.5] and args.report_to == []
     for key, value in cfg["train"]["grpo"].items():
-        if key != "importance_sampling_level" and value is not None:
+        if key not in ("importance_sampling_level", "save_total_limit") and value is not None:
             assert getattr(args, key) == value, key
+    assert args.save_total_limit is None  # applied by RunState after each commit (olmpipe.train.checkpoints)
     assert grpo_knobs(cfg["train"], 0)["importance_sampling_level"] == "token"
     assert resolve_dtype("auto", "cpu") == "float32" and resolve_dtype("auto", "cuda") == "bfloat16"
     with pytest.raises(ConfigError, match="max_prompt_length: not a field of TRL's GRPOConfig"):

@@ -14,7 +14,9 @@ defaults). The few arguments set here are not hyperparameters but consequences o
   rewards;
 - ``log_completions=False``: TRL's table crashes with wandb on multimodal prompts (TRL 1.16); the
   run writes its own table (:class:`olmpipe.train.callbacks.CompletionsTable`);
-- ``save_strategy``/``logging_strategy`` = ``steps`` and ``reward_weights`` from ``rewards.weights``.
+- ``save_strategy``/``logging_strategy`` = ``steps`` and ``reward_weights`` from ``rewards.weights``;
+- ``save_total_limit=None``: olmpipe deletes old checkpoints itself, after the new one is committed
+  (:class:`olmpipe.train.callbacks.RunState`, which gets ``train.grpo.save_total_limit``).
 
 >>> from olmpipe.config import load_config
 >>> cfg = load_config()
@@ -87,6 +89,7 @@ def grpo_config(
     knobs = _for_installed({**grpo_knobs(train_cfg, seed), **dict(overrides or {})}, GRPOConfig)
     if reference_dtype is not None and knobs.get("beta", 0.0) != 0.0:
         knobs["model_init_kwargs"] = {"dtype": reference_dtype, **dict(knobs.get("model_init_kwargs") or {})}
+    knobs["save_total_limit"] = None  # applied after each checkpoint's commit (olmpipe.train.checkpoints.rotate)
     return GRPOConfig(
         output_dir=output_dir,
         seed=seed,

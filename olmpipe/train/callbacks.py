@@ -32,7 +32,10 @@ from olmpipe.records.completions import write_completions
 from olmpipe.records.files import write_json
 from olmpipe.records.metrics import append_metrics
 from olmpipe.records.text import completion_text
-from olmpipe.train.resume import RUN_STATE_FILE
+from olmpipe.train.checkpoints import RUN_STATE_FILE
+
+__all__ = ["EXIT_PREEMPTED", "RUN_STATE_FILE", "CompletionsTable", "MetricsFiles", "RunState", "SignalFlag",
+           "StopOnSignal"]
 
 logger = logging.getLogger(__name__)
 
@@ -160,22 +163,39 @@ class StopOnSignal(TrainerCallback):
         return control
 
 
+def _wait_for_everyone() -> None:
+    """A barrier over the training processes (a no-op in one process)."""
+    from accelerate import PartialState
+
+    PartialState().wait_for_everyone()
+
+
 class RunState(TrainerCallback):
-    """Writes ``olmpipe_run.json`` (seed, step, wandb run id, trajectory settings and their
-    fingerprint) into each checkpoint; :func:`olmpipe.train.resume.decide` compares them."""
+    """Commits each checkpoint: once every rank has saved, writes ``olmpipe_run.json`` (seed, step,
+    wandb run id, trajectory settings and their fingerprint) last, then deletes checkpoints beyond
+    ``save_total_limit`` (:mod:`olmpipe.train.checkpoints`); :func:`olmpipe.train.resume.decide`
+    resumes only from committed checkpoints and compares their settings.
+
+    ``save_total_limit`` is ``train.grpo.save_total_limit``; the trainer's own ``GRPOConfig`` gets
+    None, so that transformers does not rotate before the new checkpoint is committed.
+    """
 
     def __init__(self, seed: int, wandb_run_id: str | None, fingerprint: str | None = None,
-                 settings: dict[str, Any] | None = None):
+                 settings: dict[str, Any] | None = None, save_total_limit: int | None = None):
         self.seed = seed
         self.wandb_run_id = wandb_run_id
         self.fingerprint = fingerprint
         self.settings = settings
+        self.save_total_limit = save_total_limit
 
     def on_save(self, args, state, control, **kwargs):
-        if not state.is_world_process_zero:
-            return
+        from olmpipe.train.checkpoints import commit, rotate
+
         folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
-        if folder.is_dir():
-            payload = {"seed": self.seed, "step": state.global_step, "wandb_run_id": self.wandb_run_id,
-                       "fingerprint": self.fingerprint, "settings": self.settings}
-            (folder / RUN_STATE_FILE).write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
+        _wait_for_everyone()  # every rank's shards and RNG state are written
+        if not state.is_world_process_zero or not folder.is_dir():
+            return
+        payload = {"seed": self.seed, "step": state.global_step, "wandb_run_id": self.wandb_run_id,
+                   "fingerprint": self.fingerprint, "settings": self.settings}
+        commit(folder, payload)
+        rotate(args.output_dir, self.save_total_limit, keep=folder, protect=state.best_model_checkpoint)

@@ -8,15 +8,17 @@ Snakemake's ``train_seed`` rule runs this command (behind ``train.launcher``, e.
 launch`` on several GPUs) with the job's config sections as ``--config-json``. Exit codes: 0
 finished, 75 stopped by SIGTERM after a checkpoint (resume by running it again), 2 bad arguments
 or config, or a package the job needs missing here (:mod:`olmpipe.train.packages`), 1 any other
-error.
+error (a full disk says so, and names the checkpoint a rerun continues from).
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import logging
 import os
+import shutil
 import sys
 
 from olmpipe.config import ConfigError, load_config, validate_config
@@ -69,3 +71,33 @@ def main(argv: list[str] | None = None) -> int:
     except (RunLockedError, ResumeMismatchError, VLLMServerError) as exc:
         sys.stderr.write(f"olmpipe train: {exc}\n")
         return 2
+    except Exception as exc:
+        if not disk_full(exc, args.run_dir):
+            raise
+        from olmpipe.train.checkpoints import complete_checkpoints
+
+        logging.getLogger(__name__).error("training stopped", exc_info=exc)
+        done = complete_checkpoints(args.run_dir, warn=False)
+        sys.stderr.write(f"olmpipe train: the disk is full ({exc}). Free space and run again: training continues "
+                         f"from the last complete checkpoint ({done[-1] if done else 'none yet: from the start'})\n")
+        return 1
+
+
+def disk_full(exc: BaseException, folder: str) -> bool:
+    """Whether ``exc`` (or an exception it came from) means the disk holding ``folder`` is full.
+
+    Writers report it differently: ``OSError`` with ``ENOSPC``/``EDQUOT`` (Python's own files),
+    "No space left on device" inside another error (safetensors), or only "file write failed"
+    (``torch.save``); for the last, the disk's free space decides.
+    """
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, OSError) and seen.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        if "No space left on device" in str(seen) or "Disk quota exceeded" in str(seen):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    try:
+        return shutil.disk_usage(folder).free < 1 << 20
+    except OSError:
+        return False

@@ -28,9 +28,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from olmpipe.train.checkpoints import RUN_STATE_FILE, checkpoint_step, complete_checkpoints, problem
+
+__all__ = ["RUN_STATE_FILE", "ResumeDecision", "ResumeMismatchError", "checkpoint_step", "checkpoints", "decide",
+           "move_aside", "run_settings"]
+
 logger = logging.getLogger(__name__)
 
-RUN_STATE_FILE = "olmpipe_run.json"
 #: Keys of ``train`` that do not change what is learned (logging, resume policy, where it runs).
 NOT_TRAJECTORY_TRAIN = ("resume", "wandb", "completions_every", "seeds", "seed_overrides", "device", "dtype",
                         "pure_bf16", "exit_with_job", "vllm_server", "eval_max_pages")
@@ -95,17 +99,9 @@ def changed_keys(stored: Mapping[str, Any], current: Mapping[str, Any]) -> list[
 
 
 def checkpoints(run_dir: str | Path) -> list[Path]:
-    """The run's complete checkpoint folders (with ``trainer_state.json``), oldest step first."""
-    found = []
-    for path in Path(run_dir).glob("checkpoint-*"):
-        suffix = path.name.split("-", 1)[1]
-        if path.is_dir() and suffix.isdigit() and (path / "trainer_state.json").exists():
-            found.append((int(suffix), path))
-    return [p for _, p in sorted(found)]
-
-
-def checkpoint_step(checkpoint: Path) -> int:
-    return int(json.loads((checkpoint / "trainer_state.json").read_text(encoding="utf-8"))["global_step"])
+    """The run's complete checkpoint folders, oldest step first; incomplete or unreadable ones are
+    named in a warning (:func:`olmpipe.train.checkpoints.complete_checkpoints`)."""
+    return complete_checkpoints(run_dir)
 
 
 def _stored(checkpoint: Path) -> dict[str, Any]:
@@ -124,8 +120,9 @@ def decide(resume: str, run_dir: str | Path, settings: Mapping[str, Any]) -> Res
         return ResumeDecision(None, move_aside=_has_old_files(run_dir))
     if resume not in ("auto", "continue"):
         path = Path(resume)
-        if not (path / "trainer_state.json").exists():
-            raise FileNotFoundError(f"train.resume: {path} is not a checkpoint folder (no trainer_state.json)")
+        reason = problem(path, require_marker=False)
+        if reason is not None:
+            raise FileNotFoundError(f"train.resume: {path} is not a checkpoint to continue from ({reason})")
         return ResumeDecision(path)
     found = checkpoints(run_dir)
     if not found:

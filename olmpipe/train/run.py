@@ -309,7 +309,7 @@ def _train_locked(
                                        eval_dataset=eval_dataset, processing_class=processor)
         stopper = StopOnSignal(flag, trainer)
         for callback in (MetricsFiles(run_dir), CompletionsTable(trainer, run_dir, tcfg["completions_every"]),
-                         RunState(seed, run_id, fingerprint, settings), stopper):
+                         RunState(seed, run_id, fingerprint, settings, knobs.get("save_total_limit")), stopper):
             trainer.add_callback(callback)
         trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint is not None else None)
         if stopper.stopped_at is not None:
