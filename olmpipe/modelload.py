@@ -127,10 +127,13 @@ def load_processor(path: str | Path):
                                         chat_template=chat_template)
 
 
-def load_model_and_processor(path: str | Path, *, dtype: Any = None, device: Any = None):
+def load_model_and_processor(path: str | Path, *, dtype: Any = None, device: Any = None,
+                             quantization_config: Any = None):
     """Load a Qwen2.5-VL model folder (the embedded tiny one or a real checkpoint) and its processor.
 
     ``dtype`` is a torch dtype or its name (``"bfloat16"``); default float32 on CPU, bfloat16 on GPU.
+    ``quantization_config`` (a ``BitsAndBytesConfig``, QLoRA) loads the weights quantized straight
+    onto ``device`` (bitsandbytes models cannot be moved afterwards).
     """
     import torch
     from transformers import Qwen2_5_VLForConditionalGeneration
@@ -141,6 +144,10 @@ def load_model_and_processor(path: str | Path, *, dtype: Any = None, device: Any
         dtype = torch.bfloat16 if str(device).startswith("cuda") else torch.float32
     elif isinstance(dtype, str):
         dtype = getattr(torch, dtype)
-    model = Qwen2_5_VLForConditionalGeneration.from_pretrained(str(path), dtype=dtype).to(device)
+    if quantization_config is not None:
+        model = Qwen2_5_VLForConditionalGeneration.from_pretrained(
+            str(path), dtype=dtype, quantization_config=quantization_config, device_map={"": device})
+    else:
+        model = Qwen2_5_VLForConditionalGeneration.from_pretrained(str(path), dtype=dtype).to(device)
     model.eval()
     return model, load_processor(path)

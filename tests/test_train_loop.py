@@ -57,18 +57,28 @@ def test_full_run_with_configured_rewards(tmp_path, tiny_model_dir):
     assert state["global_step"] == 4
 
 
-def test_learning_raises_a_reachable_reward(tmp_path, tiny_model_dir):
-    """Over several seeds the mean reward of the last steps is clearly above that of the first steps."""
+#: LoRA on the tiny model: an adapter on every language-model projection plus lm_head trained in
+#: full (modules_to_save). Adapters inside the model alone cannot move this reward: the tiny random
+#: model's logits are nearly uniform and a hidden state passes the final RMSNorm into a small random
+#: lm_head, so the best adapter shifts a token's logit by ~1 out of ~1000 tokens.
+LORA_LEARNS = {"enabled": True, "r": 8, "alpha": 16, "modules_to_save": ["lm_head"]}
+
+
+@pytest.mark.parametrize(("peft", "steps"), [({}, 8), (LORA_LEARNS, 12)], ids=["full", "lora"])
+def test_learning_raises_a_reachable_reward(tmp_path, tiny_model_dir, peft, steps):
+    """Over several seeds the mean reward of the last steps is clearly above that of the first steps
+    (full training, and a LoRA adapter, which needs a few more steps)."""
     pages, tests = make_page_index(tmp_path)
-    grpo = {"max_steps": 8, "learning_rate": 0.05, "lr_scheduler_type": "constant", "num_generations": 4,
+    grpo = {"max_steps": steps, "learning_rate": 0.05, "lr_scheduler_type": "constant", "num_generations": 4,
             "per_device_train_batch_size": 8, "gradient_accumulation_steps": 1, "max_completion_length": 8,
             "save_steps": 1000, "logging_steps": 1}
-    cfg = load_config(overrides={"train": {"wandb": {"mode": "disabled"}, "grpo": grpo}})
+    cfg = load_config(overrides={"train": {"wandb": {"mode": "disabled"}, "grpo": grpo, "peft": peft}})
     gains = []
     for seed in (0, 1, 2):
         run = tmp_path / f"seed{seed}"
         assert train_seed(cfg, seed=seed, model_path=tiny_model_dir, pages=pages, tests_dir=tests, run_dir=run,
                           reward_funcs=[LowIdReward(256)]) == 0
+        assert (run / "adapter").is_dir() == bool(peft)
         rewards = [r["reward"] for r in read_metrics(run / "metrics.jsonl")]
         first, last = sum(rewards[:3]) / 3, sum(rewards[-3:]) / 3
         gains.append(last - first)

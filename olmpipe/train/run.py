@@ -2,8 +2,11 @@
 
 Layout of a run folder (``results/train/seed{seed}/``)::
 
-    checkpoint-{step}/      TRL/transformers checkpoints (+ olmpipe_run.json: seed, step, wandb id)
-    model/                  the final weights + processor (the Snakemake output; written last)
+    checkpoint-{step}/      TRL/transformers checkpoints (+ olmpipe_run.json: seed, step, wandb id); with
+                            LoRA (train.peft) the adapter instead of the model's weights
+    adapter/                LoRA only: the final adapter (PEFT folder), written before model/
+    model/                  the final weights + processor (the Snakemake output; written last); with
+                            LoRA the base model with the adapter merged (olmpipe.train.peft)
     model.metrics.jsonl     a copy of metrics.jsonl written after model/ (also an output)
     metrics.jsonl|csv       every logged step (continued, not duplicated, across resumes)
     completions/            step{N}.jsonl: page, completion, rewards, advantage, verdicts
@@ -147,6 +150,16 @@ def _write_final(save_weights: Callable[[Path], None], processor: Any, final_dir
     barrier()
 
 
+def _peft_info(peft_cfg: Mapping[str, Any]) -> dict[str, Any]:
+    """What ``olmpipe_train.json`` says about LoRA: the settings and the adapter folder (empty for full training)."""
+    if not peft_cfg["enabled"]:
+        return {}
+    from olmpipe.train.peft import ADAPTER_DIR
+
+    # model/ holds the base with the adapter merged; the adapter is the sibling folder ADAPTER_DIR.
+    return {"peft": dict(peft_cfg), "adapter_sibling": ADAPTER_DIR}
+
+
 def train_seed(
     cfg: Mapping[str, Any],
     *,
@@ -201,6 +214,7 @@ def _train_locked(
     from olmpipe.rewards import build_rewards
     from olmpipe.train.args import grpo_config, grpo_knobs, resolve_device
     from olmpipe.train.data import build_examples, to_dataset
+    from olmpipe.train.peft import check_setup, lora_config, quantization_config
     from olmpipe.train.precision import resolve_precision, restore_fp32_masters, save_final_weights
     from olmpipe.train.resume import run_settings, settings_fingerprint
     from olmpipe.train.trainer import ResumableGRPOTrainer, load_checkpoint_weights
@@ -230,6 +244,8 @@ def _train_locked(
     if problem:
         raise ValueError(problem)
     init_distributed(knobs["ddp_timeout"])
+    peft_cfg = tcfg["peft"]
+    check_setup(peft_cfg, device, knobs)
     settings = run_settings(cfg, seed, str(model_path), _world_size())
     fingerprint = settings_fingerprint(settings)
     checkpoint = resolve_resume(tcfg["resume"], run_dir, settings)
@@ -258,12 +274,19 @@ def _train_locked(
         logger.info("evaluating during training on %d eval pages", eval_summary.pages)
 
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    # LoRA: the frozen base in the compute dtype (bf16 on GPUs, or quantized); only the adapter
+    # trains, and PEFT keeps it in float32: it is its own master copy (olmpipe.train.peft).
+    weights_dtype = precision.compute if peft_cfg["enabled"] else precision.weights
     model, processor = load_model_and_processor(
-        model_path, dtype=precision.weights, device=f"cuda:{local_rank}" if device == "cuda" else "cpu"
+        model_path, dtype=weights_dtype, device=f"cuda:{local_rank}" if device == "cuda" else "cpu",
+        quantization_config=quantization_config(peft_cfg, precision.compute) if peft_cfg["enabled"] else None,
     )
-    logger.info("precision: %s weights, %s compute, %s reference model", precision.weights, precision.compute,
-                precision.reference)
+    logger.info("precision: %s weights%s, %s compute, %s reference model", weights_dtype,
+                " (frozen base; float32 adapter)" if peft_cfg["enabled"] else "", precision.compute,
+                "the adapter disabled" if peft_cfg["enabled"] else precision.reference)
     model.train()
+    # LoRA: TRL wraps the model (train/peft.py); the adapter's initial weights follow the seed.
+    peft_config = lora_config(peft_cfg, model.config.model_type) if peft_cfg["enabled"] else None
 
     max_steps = knobs["max_steps"]
     if checkpoint is not None and 0 < max_steps <= step:
@@ -271,13 +294,21 @@ def _train_locked(
         # older checkpoints away). Its weights become the final model (a DeepSpeed checkpoint's float32
         # masters, not its bf16 module copy).
         logger.info("%s is at step %d of max_steps %d: writing the final model from it", checkpoint, step, max_steps)
-        load_checkpoint_weights(model, checkpoint)
-        if _rank() == 0:
-            restore_fp32_masters(model, checkpoint)
         info = {"seed": seed, "base_model": str(model_path), "steps": step, "wandb_run_id": _stored_run_id(checkpoint),
                 "dataset": summary.to_dict(), "from_checkpoint": checkpoint.name}
-        _write_final(lambda path: model.save_pretrained(str(path)) if _rank() == 0 else None, processor,
-                     final_dir, info, _rank() == 0, _barrier, run_dir / METRICS_JSONL)
+        if peft_config is not None:
+            from olmpipe.train.peft import adapter_and_merged_writer, copy_checkpoint_adapter
+
+            save_weights = adapter_and_merged_writer(
+                lambda path: copy_checkpoint_adapter(checkpoint, path) if _rank() == 0 else None,
+                model_path, final_dir, _rank() == 0, _barrier)
+        else:
+            load_checkpoint_weights(model, checkpoint)
+            if _rank() == 0:
+                restore_fp32_masters(model, checkpoint)
+            save_weights = lambda path: model.save_pretrained(str(path)) if _rank() == 0 else None
+        _write_final(save_weights, processor, final_dir, {**info, **_peft_info(peft_cfg)}, _rank() == 0, _barrier,
+                     run_dir / METRICS_JSONL)
         return 0
 
     rewards = None
@@ -306,7 +337,7 @@ def _train_locked(
                            report_to=["wandb"] if wandb_on else [], overrides=overrides)
         wandb_run = _init_wandb(cfg, run_dir, run_id, seed) if run_id is not None else None
         trainer = ResumableGRPOTrainer(model=model, reward_funcs=reward_funcs, args=args, train_dataset=dataset,
-                                       eval_dataset=eval_dataset, processing_class=processor)
+                                       eval_dataset=eval_dataset, processing_class=processor, peft_config=peft_config)
         stopper = StopOnSignal(flag, trainer)
         for callback in (MetricsFiles(run_dir), CompletionsTable(trainer, run_dir, tcfg["completions_every"]),
                          RunState(seed, run_id, fingerprint, settings, knobs.get("save_total_limit")), stopper):
@@ -320,10 +351,16 @@ def _train_locked(
             return EXIT_PREEMPTED
         info = {"seed": seed, "base_model": str(model_path), "steps": trainer.state.global_step,
                 "reward_names": [getattr(f, "__name__", type(f).__name__) for f in reward_funcs],
-                "reward_weights": weights, "wandb_run_id": run_id, "dataset": summary.to_dict()}
-        main = trainer.accelerator.is_main_process
-        _write_final(lambda path: save_final_weights(trainer, path), processor, final_dir, info, main,
-                     trainer.accelerator.wait_for_everyone, run_dir / METRICS_JSONL)
+                "reward_weights": weights, "wandb_run_id": run_id, "dataset": summary.to_dict(),
+                **_peft_info(peft_cfg)}
+        main, barrier = trainer.accelerator.is_main_process, trainer.accelerator.wait_for_everyone
+        save_weights = lambda path: save_final_weights(trainer, path)
+        if peft_config is not None:
+            from olmpipe.train.peft import adapter_and_merged_writer
+
+            # the adapter (float32 masters under DeepSpeed too), then the base with it merged
+            save_weights = adapter_and_merged_writer(save_weights, model_path, final_dir, main, barrier)
+        _write_final(save_weights, processor, final_dir, info, main, barrier, run_dir / METRICS_JSONL)
         logger.info("finished seed %d at step %d; final model in %s", seed, trainer.state.global_step, final_dir)
         return 0
     finally:

@@ -140,8 +140,36 @@ class ResumableGRPOTrainer(GRPOTrainer):
 
             keep_cpu_linear_weights()
         super().__init__(*args, **kwargs)
+        from accelerate.utils import is_peft_model
+
+        if is_peft_model(self.model):
+            self._prepare_adapter()
         if colocate:
             self._refresh_after_sync()
+
+    def _prepare_adapter(self) -> None:
+        """LoRA: fp32 adapter weights on a quantized base, and vLLM syncs that leave the base as it was.
+
+        See :mod:`olmpipe.train.peft`. The sync replaces ``VLLMGeneration._iter_named_params``
+        (private, trl/generation/vllm_generation.py:436-479 at TRL 1.16.0) outside ZeRO-3 and FSDP,
+        where TRL's own gathers are needed and kept.
+        """
+        from olmpipe.train.peft import merged_named_params, restore_fp32_adapter
+
+        if getattr(self.model, "is_loaded_in_4bit", False) or getattr(self.model, "is_loaded_in_8bit", False):
+            logger.info("adapter weights back to float32 on the quantized base: %d tensors",
+                        restore_fp32_adapter(self.model))
+        generation = getattr(self, "vllm_generation", None)
+        if generation is None:
+            return
+        dist = generation._dist
+        if dist.is_fsdp or dist.is_zero3:
+            logger.warning("LoRA with %s: TRL's vLLM sync merges and unmerges the adapter in place, which "
+                           "rounds the frozen base weights a little at every sync in bfloat16",
+                           "FSDP" if dist.is_fsdp else "ZeRO-3")
+            return
+        model = generation.model
+        generation._iter_named_params = lambda: merged_named_params(model)
 
     def _refresh_after_sync(self) -> None:
         from olmpipe.generate.vllm_backend import refresh_after_weight_sync
@@ -168,8 +196,7 @@ class ResumableGRPOTrainer(GRPOTrainer):
     def _load_from_checkpoint(self, resume_from_checkpoint: str, model: Any = None) -> None:
         if self.is_deepspeed_enabled or self.is_fsdp_enabled:
             return super()._load_from_checkpoint(resume_from_checkpoint, model)
-        target = self.accelerator.unwrap_model(model if model is not None else self.model)
-        load_checkpoint_weights(target, resume_from_checkpoint)
+        _restore(self.accelerator.unwrap_model(model if model is not None else self.model), resume_from_checkpoint)
         return None
 
     def _load_best_model(self) -> None:
@@ -179,5 +206,22 @@ class ResumableGRPOTrainer(GRPOTrainer):
             return super()._load_best_model()
         logger.info("loading the best model from %s (score %s)", self.state.best_model_checkpoint,
                     self.state.best_metric)
-        load_checkpoint_weights(self.accelerator.unwrap_model(self.model), self.state.best_model_checkpoint)
+        _restore(self.accelerator.unwrap_model(self.model), self.state.best_model_checkpoint)
         return None
+
+
+def _restore(model: Any, checkpoint: str | Path) -> None:
+    """A checkpoint's trained weights into ``model``: the adapter of a LoRA run, else every weight.
+
+    transformers' own PEFT branch (``Trainer._load_from_checkpoint``, transformers 5.24 trainer.py:3709-3728) calls
+    ``load_adapter``, which does not check what it restored; :func:`olmpipe.train.peft.load_adapter_checkpoint`
+    restores every adapter tensor in place or raises.
+    """
+    from accelerate.utils import is_peft_model
+
+    if is_peft_model(model):
+        from olmpipe.train.peft import load_adapter_checkpoint
+
+        load_adapter_checkpoint(model, checkpoint)
+    else:
+        load_checkpoint_weights(model, checkpoint)
