@@ -318,7 +318,8 @@ def memory_plan(cfg: Mapping[str, Any], shape: ModelShape, gpus: int | None = No
     params = shape.parameters()
     per_param = training_bytes_per_param(strategy, n, 2 if precision.weights == "bfloat16" else 4, w)
     shard = "zero3 or fsdp (shard it over the ranks)"
-    terms = [
+    peft = cfg["train"]["peft"]
+    terms = _lora_terms(shape, peft, w) if peft["enabled"] else [
         Term("weights", params * per_param["weights"] / GIB, f"{params / 1e9:.2f}B x {per_param['weights']:.3g} B",
              f"resources.train.strategy: {shard}"),
         Term("gradients", params * per_param["gradients"] / GIB, f"x {per_param['gradients']:.3g} B",
@@ -326,7 +327,7 @@ def memory_plan(cfg: Mapping[str, Any], shape: ModelShape, gpus: int | None = No
         Term("optimizer states", params * per_param["optimizer"] / GIB, f"AdamW, x {per_param['optimizer']:.3g} B",
              "resources.train.strategy: zero2, zero3 or fsdp (shards them; more GPUs shard them thinner)"),
     ]
-    if grpo["beta"] > 0:
+    if grpo["beta"] > 0 and not peft["enabled"]:  # LoRA: the reference is the adapter disabled
         ref = w / n if strategy in ("zero3", "fsdp") else w
         terms.append(Term("reference model", params * ref / GIB, f"beta={grpo['beta']:g}, x {ref:.3g} B",
                           f"train.grpo.beta: 0 (no reference model), or resources.train.strategy: {shard}"))
@@ -347,17 +348,29 @@ def memory_plan(cfg: Mapping[str, Any], shape: ModelShape, gpus: int | None = No
         text_act = batch * seq * shape.num_layers * layer_values * w
         vision_act = batch * patches * shape.vision_depth * vision_values * w
         act_note = "not checkpointed"
+    if peft["enabled"] and not peft["vision"] and "merger" not in peft["modules_to_save"]:
+        vision_act, act_note_vision = 0.0, "frozen: nothing kept for backward"
+    else:
+        act_note_vision = act_note
     act_fix = ("train.grpo.activation_checkpointing: true, or lower per_device_train_batch_size, "
                "max_completion_length or rasterize.longest_side")
     terms += [
         Term("activations", text_act / GIB, f"{batch} x {seq} tokens ({img_tokens} image), {act_note}", act_fix),
-        Term("vision activations", vision_act / GIB, f"{batch} x {patches} patches, {act_note}", act_fix),
+        Term("vision activations", vision_act / GIB, f"{batch} x {patches} patches, {act_note_vision}", act_fix),
         # logits of the completion tokens and their log-softmax kept for backward
         Term("logits", batch * completion * shape.vocab_size * 2 * w / GIB,
              f"{batch} x {completion} x {shape.vocab_size} vocab",
              "lower train.grpo.max_completion_length or per_device_train_batch_size"),
         Term("runtime reserve", RUNTIME_RESERVE_GIB, "CUDA context, NCCL, allocator", "-"),
     ]
+    if not grpo["use_vllm"]:
+        # transformers' generate() runs the process's whole generation batch at once (TRL 1.16
+        # grpo_trainer.py:1873): its KV cache holds every prompt + completion token of it.
+        gen_batch = batch * (grpo["steps_per_generation"] or grpo["gradient_accumulation_steps"])
+        kv = 2 * shape.num_layers * shape.kv_dim * gen_batch * seq * w
+        terms.append(Term("generation KV cache", kv / GIB, f"transformers generate, {gen_batch} x {seq} tokens",
+                          "lower per_device_train_batch_size x steps_per_generation or max_completion_length, "
+                          "or use_vllm"))
     problems: list[str] = []
     server: list[Term] = []
     gpu_gib = float(res["gpu_memory_gb"])
@@ -404,6 +417,27 @@ def memory_plan(cfg: Mapping[str, Any], shape: ModelShape, gpus: int | None = No
     return MemoryPlan(launch=launch, shape=shape, gpu_memory_gib=gpu_gib, train_terms=tuple(terms),
                       server_terms=tuple(server), problems=tuple(problems),
                       precision=f"{masters}, {precision.compute} compute, {precision.reference} reference model")
+
+
+def _lora_terms(shape: ModelShape, peft: Mapping[str, Any], w: int) -> list[Term]:
+    """Weights, gradients and optimizer states of LoRA/QLoRA training (:mod:`olmpipe.loraplan`)."""
+    from olmpipe.loraplan import adapter_parameters, base_weight_bytes, saved_module_parameters
+
+    base, base_note = base_weight_bytes(shape, peft, w)
+    adapter, unknown = adapter_parameters(shape, peft)
+    saved, unknown_saved = saved_module_parameters(shape, peft)
+    trained = adapter * 4 + saved * w  # fp32 adapter; modules_to_save copies in the base's dtype
+    note_unknown = f"; not sized: {', '.join(unknown + unknown_saved)}" if unknown or unknown_saved else ""
+    quant_fix = "train.peft.quantization: 4bit (QLoRA, rollouts without vLLM)"
+    return [
+        Term("base weights (frozen)", base / GIB, base_note,
+             quant_fix if peft["quantization"] == "none" else "a smaller model"),
+        Term("adapter weights", trained / GIB,
+             f"LoRA r={peft['r']}: {adapter / 1e6:.1f}M x 4 B" + (f" + {saved / 1e6:.1f}M saved x {w} B" if saved else "")
+             + note_unknown, "lower train.peft.r or fewer target_modules"),
+        Term("gradients", trained / GIB, "adapter only", "lower train.peft.r"),
+        Term("optimizer states", 2 * trained / GIB, "AdamW, adapter only", "lower train.peft.r"),
+    ]
 
 
 def model_for_plan(cfg: Mapping[str, Any], model: str | Path | None = None) -> str:

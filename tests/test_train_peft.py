@@ -103,6 +103,18 @@ def test_qlora_on_the_cpu_stops_train_seed_before_loading_anything(tmp_path):
     assert not any((tmp_path / "run").glob("checkpoint-*"))
 
 
+def test_a_trained_copy_of_a_tied_lm_head_is_refused_with_vllm(tiny_model_dir):
+    from olmpipe.modelload import load_model_and_processor
+    from olmpipe.train.peft import check_model
+
+    model, _ = load_model_and_processor(tiny_model_dir, device="cpu")
+    assert model.config.tie_word_embeddings  # the tiny model ties them, as Qwen2.5-VL-3B does
+    with pytest.raises(PeftSetupError, match="tie_word_embeddings"):
+        check_model(_peft(modules_to_save=["lm_head"]), model, {"use_vllm": True})
+    check_model(_peft(modules_to_save=["lm_head"]), model, {"use_vllm": False})
+    check_model(_peft(), model, {"use_vllm": True})
+
+
 def test_lora_settings_are_trajectory_settings():
     from olmpipe.train.resume import run_settings
 

@@ -39,3 +39,46 @@ def test_colocated_vllm_rollouts_train_with_synced_weights(tmp_path, tiny_model_
     # measured 0.96 and 1.01) only when the engine runs the trained weights
     ratios = [r["sampling/importance_sampling_ratio/mean"] for r in rows]
     assert all(math.isfinite(x) and 0.8 < x < 1.25 for x in ratios), ratios
+
+
+def _lora_vllm_run(tmp_path, tiny_model_dir, monkeypatch, name):
+    from olmpipe.config import load_config
+    from olmpipe.train.run import train_seed
+
+    monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "1")
+    pages, tests = make_page_index(tmp_path)
+    grpo = {"max_steps": 3, "num_generations": 4, "per_device_train_batch_size": 4, "gradient_accumulation_steps": 2,
+            "max_completion_length": 8, "save_steps": 1000, "logging_steps": 1, "learning_rate": 0.05,
+            "use_vllm": True, "vllm_mode": "colocate", "vllm_gpu_memory_utilization": 0.05,
+            "vllm_max_model_length": 4096, "vllm_importance_sampling_correction": True}
+    # alpha / r = 8: a strong adapter, so rollouts without it would show in the ratios
+    peft = {"enabled": True, "r": 4, "alpha": 32}
+    cfg = load_config(overrides={"train": {"wandb": {"mode": "disabled"}, "device": "cpu", "grpo": grpo, "peft": peft},
+                                 "rewards": {"bench": {"processes": 0}}})
+    run = tmp_path / name
+    assert train_seed(cfg, seed=0, model_path=tiny_model_dir, pages=pages, tests_dir=tests, run_dir=run,
+                      reward_funcs=[LowIdReward()]) == 0
+    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2, 3]
+    return run, [r["sampling/importance_sampling_ratio/mean"] for r in rows]
+
+
+def test_lora_colocated_vllm_rollouts_use_the_merged_adapter(tmp_path, tiny_model_dir, monkeypatch):
+    """LoRA + colocated vLLM: each sync sends the base with the adapter merged (the base itself kept
+    bit for bit, olmpipe.train.peft.merged_named_params); after a sync the engine's log-probs follow
+    the trainer's (ratio ~1), while rollouts from the base without the adapter (the control) drift."""
+    run, ratios = _lora_vllm_run(tmp_path, tiny_model_dir, monkeypatch, "lora")
+    assert all(math.isfinite(x) and 0.8 < x < 1.25 for x in ratios), ratios
+    assert (run / "adapter" / "adapter_model.safetensors").exists() and (run / "model" / "model.safetensors").exists()
+
+    import olmpipe.train.peft as peft_module
+
+    def base_only(model):  # what vLLM would run if the sync forgot the adapter
+        for name, param in model.named_parameters():
+            name = name.removeprefix("base_model.model.").replace(".base_layer", "")
+            if "lora_" not in name:
+                yield name, param.data
+
+    monkeypatch.setattr(peft_module, "merged_named_params", base_only)
+    _, unsynced = _lora_vllm_run(tmp_path / "control", tiny_model_dir, monkeypatch, "lora")
+    assert max(abs(x - 1) for x in unsynced[1:]) > max(abs(x - 1) for x in ratios[1:]), (ratios, unsynced)

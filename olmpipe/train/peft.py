@@ -139,6 +139,22 @@ def check_setup(peft_cfg: Mapping[str, Any], device: str, knobs: Mapping[str, An
         raise PeftSetupError(f"train.peft.quantization: {quant} needs bitsandbytes: pip install -e '.[qlora]'")
 
 
+def check_model(peft_cfg: Mapping[str, Any], model: Any, knobs: Mapping[str, Any]) -> None:
+    """Refuse what the loaded model cannot train: a trained copy of a tied lm_head with vLLM rollouts.
+
+    With ``tie_word_embeddings`` vLLM's Qwen2 skips ``lm_head.weight`` when loading weights and uses
+    the embeddings, so a trained ``modules_to_save`` copy of ``lm_head`` or ``embed_tokens`` would
+    never reach the rollouts (the log-probabilities of trainer and vLLM would drift apart).
+    """
+    saved = {m.rsplit(".", 1)[-1] for m in peft_cfg["modules_to_save"]}
+    tied = bool(getattr(model.config.get_text_config(), "tie_word_embeddings", False)
+                or getattr(model.config, "tie_word_embeddings", False))
+    if knobs.get("use_vllm") and tied and saved & {"lm_head", "embed_tokens"}:
+        raise PeftSetupError("train.peft.modules_to_save trains a copy of lm_head/embed_tokens, which this model "
+                             "ties (tie_word_embeddings): vLLM rollouts would keep using the untrained "
+                             "embeddings. Remove them from modules_to_save or set train.grpo.use_vllm: false.")
+
+
 def quantization_config(peft_cfg: Mapping[str, Any], compute_dtype: str):
     """The ``BitsAndBytesConfig`` of ``train.peft.quantization`` (None for ``none``)."""
     quant = peft_cfg["quantization"]

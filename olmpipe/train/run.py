@@ -214,7 +214,7 @@ def _train_locked(
     from olmpipe.rewards import build_rewards
     from olmpipe.train.args import grpo_config, grpo_knobs, resolve_device
     from olmpipe.train.data import build_examples, to_dataset
-    from olmpipe.train.peft import check_setup, lora_config, quantization_config
+    from olmpipe.train.peft import check_model, check_setup, lora_config, quantization_config
     from olmpipe.train.precision import resolve_precision, restore_fp32_masters, save_final_weights
     from olmpipe.train.resume import run_settings, settings_fingerprint
     from olmpipe.train.trainer import ResumableGRPOTrainer, load_checkpoint_weights
@@ -286,7 +286,10 @@ def _train_locked(
                 "the adapter disabled" if peft_cfg["enabled"] else precision.reference)
     model.train()
     # LoRA: TRL wraps the model (train/peft.py); the adapter's initial weights follow the seed.
-    peft_config = lora_config(peft_cfg, model.config.model_type) if peft_cfg["enabled"] else None
+    peft_config = None
+    if peft_cfg["enabled"]:
+        check_model(peft_cfg, model, knobs)
+        peft_config = lora_config(peft_cfg, model.config.model_type)
 
     max_steps = knobs["max_steps"]
     if checkpoint is not None and 0 < max_steps <= step:
