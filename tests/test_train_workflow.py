@@ -94,3 +94,35 @@ def test_seeds_train_as_jobs_and_soup(tmp_path):
     CONFIG_3 = {**CONFIG, "train": {**CONFIG["train"], "seeds": [0, 1, 2]}}
     (tmp_path / "config" / "config.yaml").write_text(yaml.safe_dump(CONFIG_3))
     assert job_counts(snakemake(tmp_path, "soup")) == {"train_seed": 1, "soup": 1}
+
+
+def test_a_lora_run_of_the_embedded_default_finishes(tmp_path):
+    """Acceptance of issue 21: the embedded default with `train.peft.enabled` through Snakemake's
+    `train` target: two LoRA seeds (model/ loads with from_pretrained, adapter/ with PEFT), their
+    soup, the evaluation and the report."""
+    import torch
+    from peft import PeftModel
+
+    from olmpipe.modelload import load_model_and_processor
+
+    for name in ("data", "config"):
+        (tmp_path / name).symlink_to(REPO / name)
+    lora = tmp_path / "lora.yaml"
+    lora.write_text(yaml.safe_dump({"train": {"seeds": [0, 1], "wandb": {"mode": "disabled"},
+                                              "peft": {"enabled": True, "r": 4, "alpha": 8},
+                                              "grpo": {"max_steps": 2, "save_steps": 1}}}))
+    snakemake(tmp_path, "train", "--configfile", str(lora))
+    results = tmp_path / "results"
+    for seed in (0, 1):
+        run = results / "train" / f"seed{seed}"
+        assert json.loads((run / "model" / "olmpipe_train.json").read_text())["peft"]["enabled"] is True
+        assert (run / "checkpoint-2" / "adapter_model.safetensors").exists()
+        merged, processor = load_model_and_processor(run / "model", device="cpu")
+        base, _ = load_model_and_processor(results / "model" / "tiny", device="cpu")
+        adapted = PeftModel.from_pretrained(base, str(run / "adapter"))
+        ids = processor.tokenizer(["<|im_start|>user\nhello<|im_end|>"], return_tensors="pt")
+        with torch.no_grad():
+            assert torch.allclose(merged(**ids).logits, adapted(**ids).logits, atol=1e-4)
+    assert (results / "train" / "soup" / "model" / "model.safetensors").exists()
+    assert (results / "evaluate" / "comparison.json").exists()
+    assert (results / "report" / "index.html").exists()
