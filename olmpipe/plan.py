@@ -414,9 +414,13 @@ def memory_plan(cfg: Mapping[str, Any], shape: ModelShape, gpus: int | None = No
                         f"({gpu_gib:g}); largest term: {top.name} ({top.gib:.1f} GiB): {top.fix}")
     masters = "float32 master weights" if precision.master_weights(strategy in DEEPSPEED_STRATEGIES + ("fsdp",)) \
         else "bf16 weights without master copy (train.pure_bf16)"
+    if peft["enabled"]:
+        masters = f"frozen {'quantized' if peft['quantization'] != 'none' else precision.compute} base, float32 adapter"
     return MemoryPlan(launch=launch, shape=shape, gpu_memory_gib=gpu_gib, train_terms=tuple(terms),
                       server_terms=tuple(server), problems=tuple(problems),
-                      precision=f"{masters}, {precision.compute} compute, {precision.reference} reference model")
+                      precision=f"{masters}, {precision.compute} compute, "
+                                + ("reference: the adapter disabled" if peft["enabled"]
+                                   else f"{precision.reference} reference model"))
 
 
 def _lora_terms(shape: ModelShape, peft: Mapping[str, Any], w: int) -> list[Term]:

@@ -27,14 +27,13 @@ feeds and relies on:
   3466 and 4973).
 
 Each seed's ``model/`` is the base with the final adapter merged (:func:`write_merged_model`: base
-loaded on the CPU in its stored dtype, ``merge_and_unload``, saved), a plain Hugging Face folder
+loaded on the CPU in float32, ``merge_and_unload``, saved), a plain Hugging Face folder
 that evaluation, vLLM and the soup read like any model; ``adapter/`` beside it is the adapter
 (``PeftModel.from_pretrained(base, "results/train/seed0/adapter")``).
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 import shutil
@@ -271,32 +270,23 @@ def final_adapter_dir(final_dir: str | Path) -> Path:
     return Path(final_dir).with_name(ADAPTER_DIR)
 
 
-def stored_dtype(model_path: str | Path) -> str:
-    """The dtype a model folder's ``config.json`` declares (``dtype`` or ``torch_dtype``; float32 if none)."""
-    config = Path(model_path) / "config.json"
-    if not config.exists():
-        return "bfloat16"  # hub ids: Qwen2.5-VL checkpoints are bfloat16
-    data = json.loads(config.read_text(encoding="utf-8"))
-    text = data.get("text_config") or {}
-    return str(data.get("dtype") or data.get("torch_dtype") or text.get("dtype") or "float32")
-
-
 def write_merged_model(base_model: str | Path, adapter_dir: str | Path, out_dir: str | Path) -> None:
     """Save ``base_model`` with the adapter of ``adapter_dir`` merged into ``out_dir`` (weights + config).
 
-    The base is loaded on the CPU in its stored dtype (never quantized, so a QLoRA adapter merges
-    into the real weights, not the 4-bit ones), the float32 adapter update is added to each weight
-    with one rounding to that dtype (PEFT's ``merge_and_unload``), and the result saved with
-    ``save_pretrained``. Host memory: one copy of the base model.
+    The base is loaded on the CPU in float32 (exact for a bf16 checkpoint; never quantized, so a
+    QLoRA adapter merges into the real weights, not the 4-bit ones) and the float32 adapter update is
+    added (PEFT's ``merge_and_unload``): no rounding, so an update below bf16's resolution is kept,
+    like full training's float32 ``model/`` (:mod:`olmpipe.train.precision`), and the soup of LoRA
+    seeds is exactly the base plus the mean of their updates. Host memory: the base in float32.
     """
     from peft import PeftModel
 
     from olmpipe.modelload import load_model_and_processor
 
-    base, _ = load_model_and_processor(base_model, dtype=stored_dtype(base_model), device="cpu")
+    base, _ = load_model_and_processor(base_model, dtype="float32", device="cpu")
     merged = PeftModel.from_pretrained(base, str(adapter_dir)).merge_and_unload()
     merged.save_pretrained(str(out_dir))
-    logger.info("merged %s into %s -> %s", adapter_dir, base_model, out_dir)
+    logger.info("merged %s into %s -> %s (float32)", adapter_dir, base_model, out_dir)
 
 
 def adapter_and_merged_writer(save_adapter: Callable[[Path], None], base_model: str | Path, final_dir: str | Path,
