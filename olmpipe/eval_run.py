@@ -381,6 +381,108 @@ def _generate_missing(
     return time.perf_counter() - t0, backend.model_seconds - model_before
 
 
+@dataclass(frozen=True)
+class JournaledGeneration:
+    """What :func:`generate_journaled` made: one record per request (in request order) and its cost."""
+
+    records: list[GenerationRecord]
+    reused: int
+    seconds: float
+    model_seconds: float
+
+
+def generate_journaled(
+    requests: Sequence[Any],
+    settings: DecodingSettings,
+    generation: Mapping[str, Any],
+    model_path: str | Path,
+    out: Path,
+    *,
+    fingerprint: str,
+    image_hashes: Mapping[str, str],
+    name: str,
+    resume: bool,
+    progress: bool,
+    threads: int = 1,
+    backend: GenerationBackend | None = None,
+    pipeline: PipelineMode | None = None,
+    what: str = "",
+) -> JournaledGeneration:
+    """Generate ``requests`` through the resume journal ``out/generations.journal.jsonl``.
+
+    Journal lines with the same ``fingerprint``, page image hash and key are reused (all of them
+    are dropped first when ``resume`` is false); the rest is generated with ``backend`` (default:
+    the one ``generation`` names, built here only when something is left to generate, on
+    ``threads`` cores, and closed afterwards) and appended batch by batch. The generation engine
+    of the baseline and evaluate stages and of the difficulty stage (:mod:`olmpipe.difficulty`).
+    """
+    journal = out / JOURNAL_NAME
+    if not resume and journal.exists():
+        journal.unlink()
+    done = reusable_records(journal, fingerprint, image_hashes, {r.key for r in requests})
+    todo = [r for r in requests if r.key not in done]
+    logger.info(
+        "%s: %s%d generations; %d reused, %d to generate with %s",
+        name,
+        f"{what} = " if what else "",
+        len(requests),
+        len(done),
+        len(todo),
+        generation["backend"],
+    )
+    seconds = model_seconds = 0.0
+    if todo:
+        owned = backend is None
+        if owned:
+            import torch
+
+            # One of the job's cores goes to the transformers backend's page encoder, which
+            # prepares the next batch while the current one generates.
+            encoder = 1 if generation["backend"] == "transformers" and threads > 1 else 0
+            torch.set_num_threads(max(1, int(threads) - encoder))
+            backend = make_backend(generation, model_path)
+        try:
+            seconds, model_seconds = _generate_missing(
+                backend,
+                todo,
+                settings,
+                journal,
+                done,
+                image_hashes=image_hashes,
+                model=name,
+                fingerprint=fingerprint,
+                progress=progress,
+                pipeline=pipeline,
+            )
+        finally:
+            if owned:
+                backend.close()
+    return JournaledGeneration(
+        records=[done[r.key] for r in requests],
+        reused=len(requests) - len(todo),
+        seconds=seconds,
+        model_seconds=model_seconds,
+    )
+
+
+def check_backend_errors(
+    records: Sequence[GenerationRecord], generation: Mapping[str, Any], *, error: type[Exception] = RuntimeError
+) -> None:
+    """Raise ``error`` when more than ``generation.max_error_fraction`` of ``records`` failed in the backend.
+
+    The journal already holds the finished generations, so the next run retries only the failed ones.
+    """
+    errors = [r for r in records if r.failure == FAILURE_ERROR]
+    if errors and len(errors) / len(records) > generation["max_error_fraction"]:
+        first = errors[0]
+        raise error(
+            f"{len(errors)} of {len(records)} generations failed in the {generation['backend']} backend "
+            f"(more than generation.max_error_fraction={generation['max_error_fraction']}); first: "
+            f"{first.pdf} page {first.page} repeat {first.repeat}: {first.error}. Fix the cause and rerun: "
+            "finished pages are kept"
+        )
+
+
 def run_generation_and_scoring(
     cfg: Mapping[str, Any],
     model_path: str | Path,
@@ -423,65 +525,25 @@ def run_generation_and_scoring(
             )
     image_hashes = {str(p["image"]): file_sha256(p["image"], 16) for p in pages}
     requests = make_requests(pages, settings.repeats)
-    keys = {r.key for r in requests}
 
-    fingerprint = run_fingerprint(generation, model_path)
-    journal = out / JOURNAL_NAME
-    if not stage["resume"] and journal.exists():
-        journal.unlink()
-    done = reusable_records(journal, fingerprint, image_hashes, keys)
-    todo = [r for r in requests if r.key not in done]
-    logger.info(
-        "%s: %d pages x %d repeats = %d generations; %d reused, %d to generate with %s",
-        name,
-        len(pages),
-        settings.repeats,
-        len(requests),
-        len(done),
-        len(todo),
-        generation["backend"],
+    run = generate_journaled(
+        requests,
+        settings,
+        generation,
+        model_path,
+        out,
+        fingerprint=run_fingerprint(generation, model_path),
+        image_hashes=image_hashes,
+        name=name,
+        resume=stage["resume"],
+        progress=stage["progress"],
+        threads=threads,
+        backend=backend,
+        pipeline=PipelineMode(PipelineSettings.from_config(generation), out / "rotated", pdf_paths(pages)),
+        what=f"{len(pages)} pages x {settings.repeats} repeats",
     )
-
-    seconds = model_seconds = 0.0
-    if todo:
-        owned = backend is None
-        if owned:
-            import torch
-
-            # One of the job's cores goes to the transformers backend's page encoder, which
-            # prepares the next batch while the current one generates.
-            encoder = 1 if generation["backend"] == "transformers" and threads > 1 else 0
-            torch.set_num_threads(max(1, int(threads) - encoder))
-            backend = make_backend(generation, model_path)
-        try:
-            seconds, model_seconds = _generate_missing(
-                backend,
-                todo,
-                settings,
-                journal,
-                done,
-                image_hashes=image_hashes,
-                model=name,
-                fingerprint=fingerprint,
-                progress=stage["progress"],
-                pipeline=PipelineMode(
-                    PipelineSettings.from_config(generation), out / "rotated", pdf_paths(pages)
-                ),
-            )
-        finally:
-            if owned:
-                backend.close()
-
-    records = [done[r.key] for r in requests]
-    errors = [r for r in records if r.failure == FAILURE_ERROR]
-    if errors and len(errors) / len(records) > generation["max_error_fraction"]:
-        first = errors[0]
-        raise EvalRunError(
-            f"{len(errors)} of {len(records)} generations failed in the {generation['backend']} backend "
-            f"(more than generation.max_error_fraction={generation['max_error_fraction']}); first: "
-            f"{first.pdf} page {first.page} repeat {first.repeat}: {first.error}. Fix the cause and rerun: "
-            "finished pages are kept"
-        )
+    records = run.records
+    check_backend_errors(records, generation, error=EvalRunError)
     write_generations(out / GENERATIONS_NAME, records)  # this run's records, in order
     write_candidate(out / "candidate", records)
     score = _score_and_write(tests, records, out)
@@ -491,9 +553,9 @@ def run_generation_and_scoring(
         backend=generation["backend"],
         pages=len(pages),
         repeats=settings.repeats,
-        reused=len(requests) - len(todo),
-        seconds=seconds,
-        model_seconds=model_seconds,
+        reused=run.reused,
+        seconds=run.seconds,
+        model_seconds=run.model_seconds,
         overall=getattr(score, "overall", None),
     )
     write_json(out / "summary.json", summary.to_json())

@@ -52,12 +52,32 @@ class PageRequest:
 
 @dataclass(frozen=True)
 class Sampling:
-    """Sampling parameters of one attempt. ``temperature == 0`` means greedy decoding."""
+    """Sampling parameters of one attempt. ``temperature == 0`` means greedy decoding.
+
+    ``top_k`` (0: off), ``min_p`` (0: off) and ``repetition_penalty`` (1: off) are TRL's other
+    sampling knobs (``GRPOConfig``), used when the difficulty stage samples like the trainer; a
+    backend passes them on only when they are not off, so every other request is sent exactly as
+    before they existed.
+    """
 
     max_new_tokens: int
     temperature: float
     top_p: float
     seed: int
+    top_k: int = 0
+    min_p: float = 0.0
+    repetition_penalty: float = 1.0
+
+    def extra_knobs(self) -> dict[str, float | int]:
+        """The knobs beyond temperature and top_p that are on, by their TRL/vLLM/transformers name."""
+        out: dict[str, float | int] = {}
+        if self.top_k:
+            out["top_k"] = int(self.top_k)
+        if self.min_p:
+            out["min_p"] = float(self.min_p)
+        if self.repetition_penalty != 1.0:
+            out["repetition_penalty"] = float(self.repetition_penalty)
+        return out
 
 
 @dataclass(frozen=True)

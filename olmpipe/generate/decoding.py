@@ -56,6 +56,10 @@ class DecodingSettings:
     seed: int
     repeats: int
     batch_size: int
+    #: TRL's other sampling knobs (off by default: the ``generation`` section never sets them).
+    top_k: int = 0
+    min_p: float = 0.0
+    repetition_penalty: float = 1.0
 
     def __post_init__(self) -> None:
         if not self.temperatures:
@@ -78,10 +82,17 @@ class DecodingSettings:
         )
 
     def fingerprint_fields(self) -> dict[str, Any]:
-        """The settings that change what is generated (batch size and repeats do not change a record)."""
+        """The settings that change what is generated (batch size and repeats do not change a record).
+
+        ``top_k``, ``min_p`` and ``repetition_penalty`` enter only when on, so settings that never
+        set them keep the fingerprint they had before these knobs existed.
+        """
         data = asdict(self)
         data.pop("batch_size")
         data.pop("repeats")
+        for name, off in (("top_k", 0), ("min_p", 0.0), ("repetition_penalty", 1.0)):
+            if data[name] == off:
+                data.pop(name)
         data["temperatures"] = list(self.temperatures)
         return data
 
@@ -188,6 +199,9 @@ def decode_batch(
                 temperature,
                 settings.top_p,
                 request_seed(settings.seed, requests[i].key, step),
+                top_k=settings.top_k,
+                min_p=settings.min_p,
+                repetition_penalty=settings.repetition_penalty,
             )
             for i in pending
         ]

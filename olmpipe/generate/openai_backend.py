@@ -143,7 +143,12 @@ class OpenAIBackend(GenerationBackend):
         return results
 
     def payload(self, request: PageRequest, sampling: Sampling) -> dict[str, Any]:
-        """The JSON body of one chat-completions request."""
+        """The JSON body of one chat-completions request.
+
+        ``top_k``, ``min_p`` and ``repetition_penalty`` (only sent when a request sets them: the
+        difficulty stage's TRL knobs) are not in OpenAI's API; vLLM's server accepts them as extra
+        sampling parameters of its chat-completions request.
+        """
         with open(request.image, "rb") as fh:
             image_b64 = base64.b64encode(fh.read()).decode("ascii")
         return {
@@ -153,6 +158,7 @@ class OpenAIBackend(GenerationBackend):
             "temperature": sampling.temperature,
             "top_p": sampling.top_p,
             "seed": sampling.seed,
+            **sampling.extra_knobs(),
         }
 
     def _one(self, request: PageRequest, sampling: Sampling) -> Completion:

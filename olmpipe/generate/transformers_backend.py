@@ -108,9 +108,10 @@ class TransformersBackend(GenerationBackend):
     def generate(self, requests: Sequence[PageRequest], sampling: Sequence[Sampling]) -> list[Completion]:
         check_lengths(requests, sampling)
         results: list[Completion | None] = [None] * len(requests)
-        groups: dict[tuple[int, float, float], list[int]] = defaultdict(list)
+        groups: dict[tuple[Any, ...], list[int]] = defaultdict(list)
         for i, params in enumerate(sampling):
-            groups[(params.max_new_tokens, params.temperature, params.top_p)].append(i)
+            knobs = tuple(sorted(params.extra_knobs().items()))
+            groups[(params.max_new_tokens, params.temperature, params.top_p, knobs)].append(i)
         for indices in groups.values():
             for start in range(0, len(indices), self.batch_size):
                 chunk = indices[start : start + self.batch_size]
@@ -199,6 +200,8 @@ class TransformersBackend(GenerationBackend):
                 kwargs.update(do_sample=True, temperature=params.temperature, top_p=params.top_p, top_k=0)
             else:
                 kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
+            # top_k / min_p / repetition_penalty only when on (the difficulty stage's TRL knobs)
+            kwargs.update(params.extra_knobs())
             t1 = time.perf_counter()
             with torch.inference_mode():
                 generated = self.model.generate(**inputs, **kwargs)

@@ -12,7 +12,8 @@ The boundary with vLLM is three names, so tests replace the engine with a fake:
 - the engine: ``engine.generate(prompts, sampling_params=[...], use_tqdm=False)`` where each prompt
   is ``{"prompt": <chat-templated text>, "multi_modal_data": {"image": <PIL image>}}``;
 - the sampling parameters class, called as ``SamplingParams(n=1, temperature=..., top_p=...,
-  max_tokens=..., seed=...)``;
+  max_tokens=..., seed=...)``, plus ``top_k``/``min_p``/``repetition_penalty`` when a request sets
+  them (the difficulty stage's TRL knobs);
 - the results: a list of ``RequestOutput`` in prompt order, each with ``prompt_token_ids`` and
   ``outputs[0]`` a ``CompletionOutput`` with ``text``, ``token_ids`` and ``finish_reason``
   (``"stop"`` or ``"length"``).
@@ -159,7 +160,12 @@ class VLLMBackend(GenerationBackend):
             prompts.append({"prompt": text, "multi_modal_data": {"image": image}})
             params.append(
                 self.sampling_params_cls(
-                    n=1, temperature=s.temperature, top_p=s.top_p, max_tokens=s.max_new_tokens, seed=s.seed
+                    n=1,
+                    temperature=s.temperature,
+                    top_p=s.top_p,
+                    max_tokens=s.max_new_tokens,
+                    seed=s.seed,
+                    **s.extra_knobs(),
                 )
             )
             live.append(i)
