@@ -4,7 +4,7 @@
 #   snakemake --cores all validate     # up to a given stage
 #
 # Targets: `all` (default, the furthest stage) and one per stage: rasterize (pages + manifest),
-# validate (validated tests + page index), ... Stages live in workflow/rules/<stage>.smk, helpers
+# validate (validated tests + page index), difficulty (per-page reward spread, filtered page index), ... Stages live in workflow/rules/<stage>.smk, helpers
 # in workflow/rules/common.smk; all logic lives in the olmpipe package.
 from snakemake.utils import min_version
 
@@ -25,6 +25,7 @@ include: "workflow/rules/rasterize.smk"
 include: "workflow/rules/validate.smk"
 include: "workflow/rules/model.smk"
 include: "workflow/rules/baseline.smk"
+include: "workflow/rules/difficulty.smk"
 include: "workflow/rules/train.smk"
 include: "workflow/rules/evaluate.smk"
 include: "workflow/rules/report.smk"
@@ -33,6 +34,14 @@ include: "workflow/rules/report.smk"
 rule baseline:
     input:
         rules.baseline_generate.output,
+
+
+# The difficulty stage on its own (results/difficulty/): the per-page statistics and what the
+# filter would drop; training uses the filtered page index with train.difficulty.enabled.
+rule difficulty:
+    input:
+        rules.difficulty_sample.output,
+        rules.difficulty_filter.output,
 
 
 # The trained model: every seed, their soup, the soup's evaluation against the baseline, and the

@@ -18,6 +18,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "rasterize": ("olmpipe.rasterize", "render PDF pages to PNG (stage 1)"),
     "synth": ("olmpipe.synth.cli", "build a synthetic training bench from HTML pages (olmOCR 2 data)"),
     "validate": ("olmpipe.validate", "validate bench tests and build the page index (stage 2)"),
+    "difficulty": ("olmpipe.difficulty.cli", "sample and score each train page, drop those without reward spread"),
     "build-model": ("olmpipe.tinymodel", "build the embedded tiny Qwen2.5-VL"),
     "download-model": ("olmpipe.hubmodel", "fetch a hub model once into a folder the jobs read offline"),
     "baseline": ("olmpipe.baseline", "generate and score with the base model (stage 3)"),

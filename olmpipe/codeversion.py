@@ -55,6 +55,20 @@ RULE_CODE: Mapping[str, tuple[str, ...]] = MappingProxyType({
     # left out on purpose, as validate leaves out the scorer: a refactor there must not throw away
     # days of GPU training; after a change of test semantics retrain with `snakemake -R train_seed`.
     "train_seed": ("olmpipe.train", "olmpipe.rewards", "olmpipe.prompts", "olmpipe.records"),
+    # The difficulty stage samples through the generation engine and scores with the trainer's
+    # rewards and dataset columns; like train_seed it leaves the unit-test engine out (a scorer
+    # refactor must not resample), so after a change of test semantics use -R difficulty_sample.
+    "difficulty_sample": (
+        "olmpipe.difficulty",
+        "olmpipe.eval_run",
+        "olmpipe.generate",
+        "olmpipe.prompts",
+        "olmpipe.rewards",
+        "olmpipe.train.data",
+        "olmpipe.modelload",
+        "olmpipe.records",
+    ),
+    "difficulty_filter": ("olmpipe.difficulty.filter", "olmpipe.difficulty.settings", "olmpipe.records"),
     "soup": ("olmpipe.soup", "olmpipe.records.files"),
     # The comparison (not the trained model's generation: editing the statistics or guards reruns
     # only the comparison and the report).

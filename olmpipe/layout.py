@@ -18,12 +18,32 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from olmpipe.records.difficulty import (
+    DROPPED_NAME,
+    FILTER_NAME,
+    FILTERED_INDEX_NAME,
+    STATS_NAME,
+    SUMMARY_NAME,
+)
+from olmpipe.records.generations import GENERATIONS_NAME
+
 RESULTS = PurePosixPath("results")
 RASTERIZE_DIR = RESULTS / "rasterize"
 VALIDATE_DIR = RESULTS / "validate"
 #: The page index and the validated tests (rule ``validate``) that training and scoring read.
 PAGE_INDEX = VALIDATE_DIR / "pages.jsonl"
 VALIDATED_TESTS = VALIDATE_DIR / "tests"
+#: The difficulty stage (rule ``difficulty``): k completions per training page (its generations and
+#: their resume journal, :mod:`olmpipe.records.generations`) and their statistics.
+DIFFICULTY_DIR = RESULTS / "difficulty"
+DIFFICULTY_STATS = DIFFICULTY_DIR / STATS_NAME
+DIFFICULTY_SUMMARY = DIFFICULTY_DIR / SUMMARY_NAME
+DIFFICULTY_GENERATIONS = DIFFICULTY_DIR / GENERATIONS_NAME
+#: The filter of ``train.difficulty.enabled`` (rule ``difficulty_filter``): the page index training
+#: reads, the pages left out with their reason, and the counts.
+FILTERED_PAGE_INDEX = DIFFICULTY_DIR / FILTERED_INDEX_NAME
+DIFFICULTY_DROPPED = DIFFICULTY_DIR / DROPPED_NAME
+DIFFICULTY_FILTER = DIFFICULTY_DIR / FILTER_NAME
 TINY_MODEL_DIR = RESULTS / "model" / "tiny"
 #: Models downloaded from the Hugging Face hub (rule ``download_model``): ``<org>--<name>/<revision>/``.
 HUB_MODEL_DIR = RESULTS / "model" / "hub"
@@ -212,3 +232,9 @@ def evaluate_run_dir(cfg: Mapping[str, Any]) -> str:
     """Run folder of the trained model's generation and scores (the baseline's layout):
     ``results/evaluate/<model.name>``."""
     return str(RESULTS / "evaluate" / cfg["model"]["name"])
+
+
+def train_page_index(cfg: Mapping[str, Any]) -> str:
+    """The page index training reads: the difficulty filter's when ``train.difficulty.enabled``,
+    else the validate stage's."""
+    return str(FILTERED_PAGE_INDEX if cfg["train"]["difficulty"]["enabled"] else PAGE_INDEX)

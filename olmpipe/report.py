@@ -2,7 +2,8 @@
 
 One page (``results/report/index.html``, no external files: plots and page images are embedded
 as base64) with the headline difference and its interval, the reward-hacking warnings, the score
-table (overall, per test type, per JSONL category), the plots, the guards, a sample of pages
+table (overall, per test type, per JSONL category), the plots, the guards, the difficulty filter
+(pages dropped per JSONL file and test type) with the zero-spread share of the training groups, a sample of pages
 (page image next to both outputs, with each test's verdict), the run configuration and the
 software versions.
 
@@ -34,6 +35,7 @@ import yaml
 from olmpipe.bench.describe import describe_tests
 from olmpipe.compare import ComparisonError, read_comparison
 from olmpipe.records.generations import GENERATIONS_NAME, read_generations
+from olmpipe.records.metrics import read_metrics
 from olmpipe.records.pages import read_page_index
 from olmpipe.report_html import CSS, PAGE_TEMPLATE
 
@@ -219,6 +221,66 @@ def _generation_section(baseline_dir: str | Path | None, trained_dir: str | Path
     return f"<table>{head}{''.join(rows)}</table>"
 
 
+def _zero_spread_rows(metrics: Mapping[str, str | Path] | None) -> str:
+    """Per seed: the share of training groups without reward spread (TRL's ``frac_reward_zero_std``)."""
+    rows = []
+    for label, path in sorted((metrics or {}).items()):
+        values = [r["frac_reward_zero_std"] for r in read_metrics(path, error=ComparisonError)
+                  if isinstance(r.get("frac_reward_zero_std"), (int, float))]
+        if not values:
+            rows.append(f"<tr><td>{escape(label)}</td><td colspan='4' class='muted'>not logged</td></tr>")
+            continue
+        rows.append(f"<tr><td>{escape(label)}</td><td>{len(values)}</td><td>{_pct(sum(values) / len(values))}</td>"
+                    f"<td>{_pct(values[0])}</td><td>{_pct(values[-1])}</td></tr>")
+    if not rows:
+        return "<p class='muted'>no training metrics</p>"
+    head = ("<tr><th>seed</th><th>logged steps</th><th>zero-spread groups (mean)</th><th>first step</th>"
+            "<th>last step</th></tr>")  # fmt: skip
+    return f"<table>{head}{''.join(rows)}</table>"
+
+
+def _difficulty_section(difficulty: Mapping[str, Any] | None, metrics: Mapping[str, str | Path] | None) -> str:
+    """The filter's counts (``filter.json``: kept, dropped per reason, JSONL file and test type) and
+    the zero-spread share of the training groups of each seed."""
+    training = "<h3>Training: share of groups without reward spread</h3>" + _zero_spread_rows(metrics)
+    if difficulty is None:
+        return ("<p>Off (<code>train.difficulty.enabled: false</code>): training read every train page. "
+                "<code>snakemake difficulty</code> shows which pages would be dropped.</p>" + training)
+    d = difficulty
+    reasons = ", ".join(f"{n} {escape(r.replace('_', ' '))}" for r, n in d["dropped_by_reason"].items() if n) or "none"
+    settings = d["settings"]
+    window = (f"; pass-rate window [{settings['min_pass_rate']}, {settings['max_pass_rate']}]"
+              if settings["min_pass_rate"] is not None or settings["max_pass_rate"] is not None else "")
+    sampled = f"{d['sampled']} of {d['train_pages']} (k completions each, {d['difficulty_rollouts']} generations)"
+    kept = (f"<b>{d['kept']}</b> / <b>{d['dropped']}</b> ({reasons}; {d['dropped_all_pass']} all pass, "
+            f"{d['dropped_all_fail']} all fail)")
+    zero = f"{_pct(d['zero_spread_share'])} &rarr; {_pct(d['zero_spread_share_kept'])} of the kept pages"
+    rollouts = (f"{d['rollouts_per_epoch']} &rarr; {d['rollouts_per_epoch_kept']} "
+                f"({d['rollouts_saved_per_epoch']} saved, {d['num_generations']} per page)")
+    rows = [
+        ("train pages sampled", sampled),
+        ("kept / dropped", kept),
+        ("filter", f"spread above {settings['min_spread']}{window}"),
+        ("zero-spread share of sampled pages", zero),
+        ("rollouts per epoch", rollouts),
+    ]  # fmt: skip
+    table = "<table class='kv'>" + "".join(f"<tr><th>{k}</th><td>{v}</td></tr>" for k, v in rows) + "</table>"
+
+    def by(key: str, title: str) -> str:
+        body = "".join(
+            f"<tr><td>{escape(name)}</td><td>{c['sampled']}</td><td>{c['dropped']}</td>"
+            f"<td>{_pct(c['dropped'] / c['sampled'] if c['sampled'] else None)}</td></tr>"
+            for name, c in d[key].items()
+        )
+        return (f"<table><tr><th>{title}</th><th>pages sampled</th><th>dropped</th><th>share dropped</th></tr>"
+                f"{body}</table>")
+
+    return (table + "<h3>Dropped per JSONL file and test type</h3><p class='muted'>A page counts under every "
+            "JSONL file and test type it has tests of; the pages are listed with their reason in "
+            "results/difficulty/dropped.jsonl.</p>" + by("by_jsonl", "JSONL file") + by("by_type", "test type")
+            + training)
+
+
 def _first_texts(run_dir: str | Path | None) -> dict[tuple[str, int], tuple[str, int]]:
     """(pdf, page) -> (text of the lowest repeat, number of repeats) of a run's generations."""
     if run_dir is None or not (Path(run_dir) / GENERATIONS_NAME).is_file():
@@ -315,10 +377,14 @@ def build_report(
     tests_dir: str | Path | None = None,
     baseline_dir: str | Path | None = None,
     trained_dir: str | Path | None = None,
+    difficulty: Mapping[str, Any] | None = None,
+    metrics: Mapping[str, str | Path] | None = None,
 ) -> str:
     """The report as one HTML string (see the module docstring for its sections).
 
-    Run folders default to the ``dir`` recorded in the comparison.
+    Run folders default to the ``dir`` recorded in the comparison. ``difficulty`` is the difficulty
+    filter's ``filter.json`` (None: the filter was off) and ``metrics`` maps each seed to its
+    training metrics (for the share of groups without reward spread).
     """
     baseline_dir = baseline_dir or comparison["baseline"]["dir"]
     trained_dir = trained_dir or comparison["trained"]["dir"]
@@ -345,6 +411,7 @@ def build_report(
         figures=figures or "<p class='muted'>no plots</p>",
         guards=_guards_section(comparison["guards"]),
         generation=_generation_section(baseline_dir, trained_dir),
+        difficulty=_difficulty_section(difficulty, metrics),
         samples=_page_samples(
             comparison, settings, pages_index, baseline_dir, trained_dir, describe_tests(tests_dir)
         ),
@@ -367,7 +434,9 @@ def write_report(out: str | Path, **kwargs: Any) -> Path:
 def main(argv: list[str] | None = None) -> int:
     """``python -m olmpipe.report``: plots + HTML report from an existing comparison."""
     from olmpipe.config import load_config
+    from olmpipe.layout import DIFFICULTY_FILTER
     from olmpipe.plots import write_plots
+    from olmpipe.records.difficulty import read_summary
 
     parser = argparse.ArgumentParser(prog="olmpipe report", description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", default=None, help="config YAML (default config/config.yaml)")
@@ -381,6 +450,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--plots", default="results/report/plots", help="folder the PNGs are written to")
     parser.add_argument("--pages", default="results/validate/pages.jsonl", help="page index (page images)")
     parser.add_argument("--tests", default="results/validate/tests", help="validated test files")
+    parser.add_argument("--difficulty", default=None,
+                        help="the difficulty filter's filter.json (default: results/difficulty/filter.json "
+                             "with train.difficulty.enabled)")
     parser.add_argument("--out", default="results/report/index.html")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
@@ -392,8 +464,10 @@ def main(argv: list[str] | None = None) -> int:
             metrics = sorted(str(p) for p in Path("results/train").glob("seed*/metrics.jsonl"))
         labelled = {Path(m).parent.name: m for m in metrics}
         plots = write_plots(comparison, labelled, args.plots)
+        difficulty = args.difficulty or (str(DIFFICULTY_FILTER) if cfg["train"]["difficulty"]["enabled"] else None)
         write_report(args.out, comparison=comparison, plots=plots, settings=ReportSettings.from_config(cfg),
-                     config=cfg, pages_index=args.pages, tests_dir=args.tests)  # fmt: skip
+                     config=cfg, pages_index=args.pages, tests_dir=args.tests, metrics=labelled,
+                     difficulty=read_summary(difficulty, error=ComparisonError) if difficulty else None)  # fmt: skip
     except (ComparisonError, OSError, ValueError) as exc:
         log.error("%s", exc)
         return 1

@@ -68,6 +68,12 @@ verdict went fail &rarr; pass / pass &rarr; fail.</p>
 rotation re-renders the page rotated and retries; a page with no usable answer falls back (scored
 with the fallback text, empty as olmOCR-Bench's runner does). Counts per generation (page and repeat).</p>
 {generation}
+<h2>Difficulty filter and zero-spread groups</h2>
+<p class="muted">GRPO learns only from groups whose completions score differently; a group whose
+completions all get the same reward (TRL's <code>frac_reward_zero_std</code>) has zero advantages and
+teaches nothing. The difficulty stage samples each train page before training and, with
+<code>train.difficulty.enabled</code>, trains only on pages whose rewards spread (docs/difficulty.md).</p>
+{difficulty}
 <h2>Sample pages</h2>
 <p class="muted">Largest gains first, then largest losses. Each test's verdict is the majority over repeats
 (passes / repeats).</p>

@@ -165,6 +165,9 @@ def test_workflow_rules_and_snakemake_report(tmp_path):
     assert "12.5% -> 75.0%" in run.stdout  # the console table of the last job
     html = (tmp_path / "results/report/index.html").read_text()
     assert "Overall olmOCR-Bench score 12.5% &rarr; <b>75.0%</b>" in html
+    # the difficulty section (the filter is off by default) with a row per seed's training metrics
+    assert "Off (<code>train.difficulty.enabled: false</code>)" in html
+    assert "<tr><td>seed1</td><td colspan='4' class='muted'>not logged</td></tr>" in html
 
     smk_report = tmp_path / "snakemake_report.html"
     run = subprocess.run(
@@ -218,3 +221,39 @@ def test_generation_section_counts_rotation_retries_and_fallbacks(setup, tmp_pat
     off = report.build_report(comparison=comparison, plots={}, settings=report.ReportSettings(),
                               baseline_dir=base, trained_dir=tmp_path / "missing")  # fmt: skip
     assert "pipeline-compatible mode off" in off
+
+
+def test_difficulty_section_off_and_on(setup, tmp_path):
+    """Off: says so; on: kept and dropped pages with reasons, per JSONL file and test type; both show
+    each seed's share of training groups without reward spread (TRL's frac_reward_zero_std)."""
+    from olmpipe.difficulty import FilterSettings
+    from olmpipe.difficulty.filter import summarize_filter
+    from olmpipe.records.difficulty import DroppedPage, PageDifficulty
+
+    comparison = setup[1]
+    metrics = tmp_path / "seed0.jsonl"
+    metrics.write_text("".join(json.dumps({"step": s, "frac_reward_zero_std": z}) + "\n"
+                               for s, z in ((1, 0.5), (2, 0.25), (3, 0.0))))
+    off = report.build_report(comparison=comparison, plots={}, settings=report.ReportSettings(),
+                              metrics={"seed0": metrics, "seed1": tmp_path / "missing.jsonl"})
+    assert "<h2>Difficulty filter and zero-spread groups</h2>" in off
+    assert "Off (<code>train.difficulty.enabled: false</code>)" in off
+    assert "<tr><td>seed0</td><td>3</td><td>25.0%</td><td>50.0%</td><td>0.0%</td></tr>" in off
+    assert "<tr><td>seed1</td><td colspan='4' class='muted'>not logged</td></tr>" in off
+
+    def page(pdf, spread, jsonl, types):
+        return PageDifficulty(pdf, 1, 4, 4, [1.0] * 4, 1.0, spread, spread == 0.0, {}, 1.0, {}, spread == 0.0,
+                              False, [jsonl], types)
+
+    stats = [page("a.pdf", 0.0, "arxiv.jsonl", ["math"]), page("b.pdf", 0.4, "arxiv.jsonl", ["math", "table"]),
+             page("c.pdf", 0.3, "scans.jsonl", ["present"])]
+    dropped = [DroppedPage("a.pdf", 1, "zero_spread", 0.0, 1.0, 1.0, True, False, ["arxiv.jsonl"], ["math"])]
+    summary = summarize_filter(stats, dropped, FilterSettings(), num_generations=28, train_pages=4)
+    on = report.build_report(comparison=comparison, plots={}, settings=report.ReportSettings(),
+                             difficulty=summary, metrics={"seed0": metrics})
+    assert "<b>2</b> / <b>1</b> (1 zero spread; 1 all pass, 0 all fail)" in on
+    assert "<tr><td>arxiv.jsonl</td><td>2</td><td>1</td><td>50.0%</td></tr>" in on
+    assert "<tr><td>scans.jsonl</td><td>1</td><td>0</td><td>0.0%</td></tr>" in on
+    assert "<tr><td>math</td><td>2</td><td>1</td><td>50.0%</td></tr>" in on
+    assert "84 &rarr; 56 (28 saved, 28 per page)" in on
+    assert "33.3% &rarr; 0.0% of the kept pages" in on

@@ -332,3 +332,13 @@ def test_renamed_checkpointing_knob_reaches_older_transformers():
     assert _for_installed(knobs, Old) == {"gradient_checkpointing": True,
                                           "gradient_checkpointing_kwargs": {"use_reentrant": False}}
     assert _for_installed(knobs, New) == knobs
+
+
+def test_too_few_pages_for_one_generation_batch_is_an_error():
+    """TRL's sampler drops an incomplete chunk of prompts: fewer pages than one generation batch takes
+    would end training at step 0 without an error; the trainer refuses with the numbers instead."""
+    from olmpipe.train.data import check_generation_batch
+
+    check_generation_batch(2, 8, 4)
+    with pytest.raises(ValueError, match=r"has 1 page\(s\) but one generation batch takes 2"):
+        check_generation_batch(1, 8, 4)

@@ -1,7 +1,8 @@
 """The page index ``results/validate/pages.jsonl``: one line per rendered page that has tests.
 
 Written by the validate stage; read by generation (``eval`` pages), training (``train`` pages),
-the report (page images) and notebooks. Each line is a :class:`PageEntry`.
+the report (page images) and notebooks. Each line is a :class:`PageEntry`. The difficulty filter
+writes a subset of its lines, in the same format, as ``results/difficulty/train_pages.jsonl``.
 """
 
 from __future__ import annotations
@@ -36,6 +37,12 @@ class PageEntry:
 def write_page_index(path: str | Path, pages: Iterable[PageEntry]) -> None:
     """Write the page index atomically, one JSON object per entry (ASCII, as it always was)."""
     write_jsonl(path, (asdict(page) for page in pages), ensure_ascii=True)
+
+
+def write_page_index_rows(path: str | Path, rows: Iterable[dict[str, Any]]) -> None:
+    """Write page index records as :func:`read_page_index` returns them (their ``_line`` dropped), in
+    the format of :func:`write_page_index`: e.g. the difficulty filter's index (a subset of the lines)."""
+    write_jsonl(path, ({k: v for k, v in row.items() if k != "_line"} for row in rows), ensure_ascii=True)
 
 
 def read_page_index(

@@ -152,6 +152,26 @@ def build_examples(
     return examples, summary
 
 
+def check_generation_batch(pages: int, generation_batch_size: int, num_generations: int) -> None:
+    """Raise ``ValueError`` when the training set has fewer pages than one generation batch asks for.
+
+    TRL's ``RepeatSampler`` draws ``generation_batch_size // num_generations`` pages per generation
+    batch and drops an incomplete last chunk (trl 1.16 trl/trainer/utils.py:939-943), so a smaller
+    training set yields no batch at all: training ends at step 0 with only a log line of
+    transformers', and the "trained" model is the base model. A small bench, ``train.max_pages`` or
+    the difficulty filter (``train.difficulty``) can get there.
+    """
+    needed = generation_batch_size // num_generations
+    if pages < needed:
+        raise ValueError(
+            f"the training set has {pages} page(s) but one generation batch takes {needed} "
+            f"(per_device_train_batch_size x processes x steps_per_generation = {generation_batch_size} "
+            f"completions / num_generations {num_generations}): training would stop at step 0. Add train "
+            "pages, lower train.grpo.per_device_train_batch_size or steps_per_generation, or loosen "
+            "train.difficulty (see results/difficulty/dropped.jsonl)"
+        )
+
+
 def _check_ids(where: str, ids: list[str], files: list[str], known: dict[str, set[str]]) -> None:
     from olmpipe.bench import load_tests
 
@@ -162,6 +182,23 @@ def _check_ids(where: str, ids: list[str], files: list[str], known: dict[str, se
             known[path] = {t.id for t in load_tests(path)}
         if test_id not in known[path]:
             raise PageIndexError(f"{where}: test {test_id!r} is not in {path}")
+
+
+def reward_columns(example: PageExample) -> dict[str, Any]:
+    """The dataset columns of ``example`` that TRL hands the reward functions with each completion.
+
+    Every column but ``prompt`` and ``images`` (TRL passes the images too; no reward reads them), in
+    the dataset's order: ``pdf``, ``page``, ``test_ids``, ``test_files``, ``test_types``,
+    ``reference``. The difficulty stage (:mod:`olmpipe.difficulty`) scores its samples with exactly these.
+    """
+    return {
+        "pdf": example.pdf,
+        "page": example.page,
+        "test_ids": example.test_ids,
+        "test_files": example.test_files,
+        "test_types": example.test_types,
+        "reference": example.reference,
+    }
 
 
 def to_dataset(examples: list[PageExample]):
@@ -177,16 +214,13 @@ def to_dataset(examples: list[PageExample]):
 
     if not examples:
         raise ValueError("the training set is empty: no page of the split has tests (see the dataset summary)")
-    rows = {
+    rows: dict[str, list[Any]] = {
         "prompt": [build_messages() for _ in examples],
         "images": [[ex.image] for ex in examples],
-        "pdf": [ex.pdf for ex in examples],
-        "page": [ex.page for ex in examples],
-        "test_ids": [ex.test_ids for ex in examples],
-        "test_files": [ex.test_files for ex in examples],
-        "test_types": [ex.test_types for ex in examples],
-        "reference": [ex.reference for ex in examples],
     }
+    for ex in examples:
+        for name, value in reward_columns(ex).items():
+            rows.setdefault(name, []).append(value)
     dataset = Dataset.from_dict(rows)
     features = Features({**dataset.features, "images": List(Image()), "reference": Value("string")})
     return dataset.cast(features)

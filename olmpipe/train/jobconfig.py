@@ -28,6 +28,10 @@ def seed_config(config: Mapping[str, Any], seed: int) -> dict[str, Any]:
     out = {name: deepcopy(config[name]) for name in TRAIN_SECTIONS}
     out["train"]["seeds"] = [seed]
     out["train"]["seed_overrides"] = [o for o in out["train"]["seed_overrides"] if o["seed"] == seed]
+    if not out["train"]["difficulty"]["enabled"]:
+        # Off, the difficulty settings change nothing in training: a job config (and so a trained
+        # seed) stays what it was before they existed. On, they are part of the run's settings.
+        del out["train"]["difficulty"]
     return out
 
 

@@ -80,6 +80,10 @@ def run_settings(cfg: Mapping[str, Any], seed: int, model_path: str, world_size:
     from olmpipe.train.args import grpo_knobs
 
     train = {k: v for k, v in cfg["train"].items() if k not in NOT_TRAJECTORY_TRAIN and k != "grpo"}
+    if not cfg["train"]["difficulty"]["enabled"]:
+        # The difficulty filter changes the pages trained on only when on; off, its settings are
+        # not compared (runs trained before it existed resume unchanged).
+        del train["difficulty"]
     grpo = {k: v for k, v in grpo_knobs(cfg["train"], seed).items() if k not in NOT_TRAJECTORY_GRPO}
     rewards = json.loads(json.dumps(dict(cfg["rewards"]), default=str))
     rewards["bench"] = {k: v for k, v in rewards["bench"].items() if k not in NOT_TRAJECTORY_BENCH}

@@ -213,7 +213,7 @@ def _train_locked(
     from olmpipe.modelload import load_model_and_processor
     from olmpipe.rewards import build_rewards
     from olmpipe.train.args import grpo_config, grpo_knobs, resolve_device
-    from olmpipe.train.data import build_examples, to_dataset
+    from olmpipe.train.data import build_examples, check_generation_batch, to_dataset
     from olmpipe.train.peft import check_model, check_setup, lora_config, quantization_config
     from olmpipe.train.precision import resolve_precision, restore_fp32_masters, save_final_weights
     from olmpipe.train.resume import run_settings, settings_fingerprint
@@ -338,6 +338,7 @@ def _train_locked(
         args = grpo_config(tcfg, output_dir=str(run_dir), seed=seed, reward_weights=weights, device=device,
                            dtype=precision.compute, reference_dtype=precision.reference,
                            report_to=["wandb"] if wandb_on else [], overrides=overrides)
+        check_generation_batch(len(dataset), args.generation_batch_size, args.num_generations)
         wandb_run = _init_wandb(cfg, run_dir, run_id, seed) if run_id is not None else None
         trainer = ResumableGRPOTrainer(model=model, reward_funcs=reward_funcs, args=args, train_dataset=dataset,
                                        eval_dataset=eval_dataset, processing_class=processor, peft_config=peft_config)

@@ -53,6 +53,14 @@ rule report_html:
         tests=rules.validate.output.tests,
         baseline_generations=rules.baseline_generate.output.generations,
         trained_generations=rules.evaluate_generate.output.generations,
+        # The seeds' training metrics (the share of zero-spread groups) and, with
+        # train.difficulty.enabled, the difficulty filter's counts.
+        metrics=TRAIN_SEED_METRICS,
+        difficulty=(
+            rules.difficulty_filter.output.summary
+            if config["train"]["difficulty"]["enabled"]
+            else []
+        ),
     output:
         html=report(
             "results/report/index.html",

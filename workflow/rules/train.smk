@@ -17,7 +17,8 @@ wildcard_constraints:
 rule train_seed:
     input:
         model=MODEL_INPUT,
-        pages=rules.validate.output.pages,
+        # The validated page index, or the difficulty filter's with train.difficulty.enabled.
+        pages=TRAIN_PAGE_INDEX,
         tests=rules.validate.output.tests,
     output:
         model=directory("results/train/seed{seed}/model"),

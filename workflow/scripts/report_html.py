@@ -7,6 +7,7 @@ from pathlib import Path
 logging.basicConfig(filename=snakemake.log[0], level=logging.INFO, force=True)  # noqa: F821
 
 from olmpipe.compare import format_table, read_comparison
+from olmpipe.records.difficulty import read_summary
 from olmpipe.report import ReportSettings, write_report
 
 comparison = read_comparison(snakemake.input.comparison)  # noqa: F821
@@ -20,6 +21,9 @@ write_report(
     tests_dir=snakemake.input.tests,  # noqa: F821
     baseline_dir=Path(snakemake.input.baseline_generations).parent,  # noqa: F821
     trained_dir=Path(snakemake.input.trained_generations).parent,  # noqa: F821
+    # the difficulty filter's counts (no input: the filter was off) and each seed's training metrics
+    difficulty=read_summary(snakemake.input.difficulty) if snakemake.input.difficulty else None,  # noqa: F821
+    metrics={Path(m).parent.name: m for m in snakemake.input.metrics},  # noqa: F821
 )
 # The last job of the `train` target: its table is what the user reads when the run ends.
 table = format_table(comparison)

@@ -1,0 +1,167 @@
+"""The filter half of the difficulty stage: the training page index without the pages GRPO cannot learn from.
+
+A GRPO group whose completions all get the same total reward has zero advantages: its generation
+and backward pass teach nothing (TRL counts such groups as ``frac_reward_zero_std``). With
+``train.difficulty.enabled`` training reads ``results/difficulty/train_pages.jsonl``: the page index
+of the validate stage without the sampled train pages whose spread is not above
+``train.difficulty.min_spread`` (zero-spread pages always go, as TRL's ``isclose(std, 0)`` judges
+them) or whose pass rate lies outside ``[min_pass_rate, max_pass_rate]``. Nothing disappears
+silently: every page left out is a line of ``dropped.jsonl`` with its reason, and ``filter.json``
+counts them per reason, JSONL file and test type (the report shows it). Eval pages, pages without
+statistics (the trainer skips them anyway: no tests after the reward filters) and pages whose spread
+is unknown (fewer than two completions scored) are kept.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from olmpipe.difficulty.settings import DifficultyError, FilterSettings
+from olmpipe.records.difficulty import (
+    REASON_LOW_SPREAD,
+    REASON_PASS_RATE_HIGH,
+    REASON_PASS_RATE_LOW,
+    REASON_ZERO_SPREAD,
+    REASONS,
+    DroppedPage,
+    PageDifficulty,
+    read_stats,
+    write_dropped,
+    write_summary,
+)
+from olmpipe.records.pages import read_page_index, write_page_index_rows
+
+logger = logging.getLogger(__name__)
+
+
+def drop_reason(page: PageDifficulty, settings: FilterSettings) -> str | None:
+    """Why ``page`` leaves the training set (one of :data:`~olmpipe.records.difficulty.REASONS`), or None.
+
+    >>> from olmpipe.records.difficulty import PageDifficulty
+    >>> p = PageDifficulty("a.pdf", 1, 4, 4, [1.0] * 4, 1.0, 0.0, True, {}, 1.0, {}, True, False)
+    >>> drop_reason(p, FilterSettings())
+    'zero_spread'
+    """
+    if page.spread is None:
+        return None  # fewer than two scored completions: no evidence, the page stays
+    if page.zero_spread:
+        return REASON_ZERO_SPREAD
+    if page.spread <= settings.min_spread:
+        return REASON_LOW_SPREAD
+    if page.pass_rate is not None:
+        if settings.min_pass_rate is not None and page.pass_rate < settings.min_pass_rate:
+            return REASON_PASS_RATE_LOW
+        if settings.max_pass_rate is not None and page.pass_rate > settings.max_pass_rate:
+            return REASON_PASS_RATE_HIGH
+    return None
+
+
+def filter_page_index(
+    stats_path: str | Path,
+    pages_index: str | Path,
+    out_index: str | Path,
+    dropped_path: str | Path,
+    summary_path: str | Path,
+    settings: FilterSettings,
+    *,
+    num_generations: int,
+) -> dict[str, Any]:
+    """Write the filtered page index, ``dropped.jsonl`` and ``filter.json``; returns the summary.
+
+    ``num_generations`` (the GRPO group size) turns pages into rollouts in the summary. Raises
+    :class:`DifficultyError` when the statistics name a page that is not a train page of the index
+    (they belong to another index: run the difficulty stage again), when a pass-rate window is set
+    but no page has a pass rate (no bench reward selected), and when every sampled page would be
+    dropped (training would have nothing to learn from).
+    """
+    stats = read_stats(stats_path, error=DifficultyError)
+    index = read_page_index(pages_index, error=DifficultyError)
+    train_keys = {(str(r["pdf"]), int(r["page"])) for r in index if r.get("split") == "train"}
+    for page in stats:
+        if page.key not in train_keys:
+            raise DifficultyError(
+                f"{stats_path}: {page.pdf} page {page.page} is not a train page of {pages_index}; "
+                "the statistics belong to another page index: run the difficulty stage again"
+            )
+    if settings.uses_pass_rate and stats and all(p.pass_rate is None for p in stats):
+        raise DifficultyError(
+            "train.difficulty.min_pass_rate/max_pass_rate need the pages' pass rates, which come from a "
+            "unit-test reward: select rewards.weights.bench or bench_macro, or unset the pass-rate window"
+        )
+    dropped: list[DroppedPage] = []
+    for page in stats:
+        reason = drop_reason(page, settings)
+        if reason is not None:
+            dropped.append(DroppedPage(
+                pdf=page.pdf, page=page.page, reason=reason, spread=page.spread, mean=page.mean,
+                pass_rate=page.pass_rate, all_pass=page.all_pass, all_fail=page.all_fail,
+                jsonl_files=page.jsonl_files, types=page.types,
+            ))
+    if stats and len(dropped) == len(stats):
+        counts = Counter(d.reason for d in dropped)
+        raise DifficultyError(
+            f"train.difficulty would drop all {len(stats)} sampled train pages ({_counts_text(counts)}): the model "
+            "gets the same reward on every completion of every page, so GRPO has nothing to learn from. "
+            "Check the rewards (rewards.weights) and the sampling (train.grpo.temperature, max_completion_length), "
+            f"lower train.difficulty.min_spread (now {settings.min_spread}), or disable train.difficulty"
+        )
+    gone = {(d.pdf, d.page) for d in dropped}
+    write_page_index_rows(out_index, (r for r in index if (str(r["pdf"]), int(r["page"])) not in gone))
+    write_dropped(dropped_path, dropped)
+    summary = summarize_filter(stats, dropped, settings, num_generations=num_generations,
+                               train_pages=len(train_keys))
+    write_summary(summary_path, summary)
+    logger.info("difficulty filter: kept %d of %d sampled train pages, dropped %d (%s)", summary["kept"],
+                summary["sampled"], summary["dropped"], _counts_text(Counter(summary["dropped_by_reason"])))
+    return summary
+
+
+def _counts_text(counts: Mapping[str, int]) -> str:
+    return ", ".join(f"{n} {reason}" for reason, n in counts.items() if n) or "none"
+
+
+def summarize_filter(stats: Sequence[PageDifficulty], dropped: Sequence[DroppedPage], settings: FilterSettings,
+                     *, num_generations: int, train_pages: int) -> dict[str, Any]:
+    """The ``filter.json`` object: what was kept and dropped, per reason, JSONL file and test type.
+
+    Per JSONL file and per test type a page counts once under each file and type it has tests of.
+    ``zero_spread_share`` is the share of scored sampled pages whose k completions had no spread:
+    the share of GRPO groups that would carry no signal without the filter, as the model stood
+    before training; the filter leaves none of them in the index. Rollouts are per epoch:
+    pages x ``num_generations``.
+    """
+    scored = [p for p in stats if p.spread is not None]
+    zero = sum(p.zero_spread for p in scored)
+    by_reason = {reason: 0 for reason in REASONS}
+    by_reason.update(Counter(d.reason for d in dropped))
+    dropped_jsonl: Counter[str] = Counter(f for d in dropped for f in d.jsonl_files)
+    dropped_type: Counter[str] = Counter(t for d in dropped for t in d.types)
+    sampled_jsonl: Counter[str] = Counter(f for p in stats for f in p.jsonl_files)
+    sampled_type: Counter[str] = Counter(t for p in stats for t in p.types)
+    kept = len(stats) - len(dropped)
+    gone = {(d.pdf, d.page) for d in dropped}
+    zero_kept = sum(p.zero_spread for p in scored if p.key not in gone)
+    return {
+        "settings": settings.to_json(),
+        "train_pages": train_pages,
+        "sampled": len(stats),
+        "unscored_kept": len(stats) - len(scored),
+        "kept": kept,
+        "dropped": len(dropped),
+        "dropped_by_reason": by_reason,
+        "dropped_all_pass": sum(d.all_pass for d in dropped),
+        "dropped_all_fail": sum(d.all_fail for d in dropped),
+        "by_jsonl": {f: {"sampled": n, "dropped": dropped_jsonl.get(f, 0)} for f, n in sorted(sampled_jsonl.items())},
+        "by_type": {t: {"sampled": n, "dropped": dropped_type.get(t, 0)} for t, n in sorted(sampled_type.items())},
+        "zero_spread_share": round(zero / len(scored), 6) if scored else None,
+        "zero_spread_share_kept": round(zero_kept / kept, 6) if kept else None,
+        "num_generations": num_generations,
+        "rollouts_per_epoch": len(stats) * num_generations,
+        "rollouts_per_epoch_kept": kept * num_generations,
+        "rollouts_saved_per_epoch": len(dropped) * num_generations,
+        "difficulty_rollouts": sum(p.samples for p in stats),
+    }
