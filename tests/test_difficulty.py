@@ -14,7 +14,7 @@ import random
 import pytest
 from support.difficultybench import ScriptedOCR, make_mixed_bench
 
-from olmpipe.config import load_config
+from olmpipe.config import load_config, validate_config
 from olmpipe.difficulty import (
     DifficultyError,
     FilterSettings,
@@ -124,6 +124,11 @@ def test_job_config_holds_only_what_changes_the_samples():
     cfg = config()
     cfg["rewards"]["weights"]["eos"] = None
     assert job_config(cfg) != base
+    # the job's own config is valid and samples the same (k resolved; batch knobs at their defaults)
+    recipe = load_config(overrides={"train": {"grpo": {"num_generations": 28, "per_device_train_batch_size": 28,
+                                                       "gradient_accumulation_steps": 1}}})
+    job = validate_config(job_config(recipe))
+    assert decoding_settings(job) == decoding_settings(recipe) and decoding_settings(job).repeats == 28
 
 
 def test_training_jobs_unchanged_while_the_filter_is_off():

@@ -127,19 +127,23 @@ def job_config(cfg: Mapping[str, Any]) -> dict[str, Any]:
     """The config sections the sampling job reads, reduced to what changes its result.
 
     ``model.name`` (written into the records), the backend part of ``generation``, the ``rewards``
-    section and from ``train`` only the sampling knobs, ``num_generations`` (the default ``k``) and
-    ``difficulty.samples``/``seed`` (not the filter's thresholds, which the filter rule reads).
+    section and from ``train`` only the sampling knobs, ``k`` (``difficulty.samples`` resolved:
+    ``num_generations`` when null) and ``difficulty.seed`` (not the filter's thresholds, which the
+    filter rule reads). The batch knobs are left to their schema defaults: with the resolved ``k``
+    the job needs no ``num_generations``, so its config stays valid whatever the recipe's batch
+    arithmetic.
     """
     train = cfg["train"]
-    grpo = {name: train["grpo"][name] for name in (*SAMPLING_KNOBS, "num_generations", "generation_kwargs")
-            if name in train["grpo"]}
+    grpo = {name: train["grpo"][name] for name in (*SAMPLING_KNOBS, "generation_kwargs") if name in train["grpo"]}
     return {
         "model": {"name": cfg["model"]["name"]},
         "generation": {key: deepcopy(cfg["generation"][key]) for key in GENERATION_KEYS},
         "rewards": deepcopy(cfg["rewards"]),
         "train": {
             "grpo": grpo,
-            "difficulty": {key: train["difficulty"][key] for key in ("samples", "seed")},
+            # k resolved (checked by the job: the workflow must parse whatever the config)
+            "difficulty": {"samples": train["difficulty"]["samples"] or train["grpo"]["num_generations"],
+                           "seed": train["difficulty"]["seed"]},
         },
     }
 
