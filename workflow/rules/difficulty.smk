@@ -35,7 +35,7 @@ rule difficulty_sample:
     log:
         "logs/difficulty_sample/difficulty_sample.log",
     conda:
-        "../envs/olmpipe.yaml"
+        conda_env(config["resources"]["generate"]["gpu"])
     threads: config["resources"]["generate"]["cpus_per_task"]
     resources:
         gpu=config["resources"]["generate"]["gpu"],
@@ -45,13 +45,14 @@ rule difficulty_sample:
         # The sections the job reads, reduced to what changes its result.
         settings=job_config_json(config),
         code=rule_code_version("difficulty_sample"),
-        model_path=model_path,
+        # No hub look-up: the model is a folder (a downloaded hub id included).
+        offline=OFFLINE,
         # The run folder: the folder of its statistics (results/difficulty).
         out_dir=lambda wildcards, output: str(Path(output.stats).parent),
         python=GENERATE_PYTHON,
     shell:
-        "{params.python:q} -m olmpipe.difficulty sample --settings {params.settings:q}"
-        " --model {params.model_path:q} --pages {input.pages:q} --tests {input.tests:q}"
+        "{params.offline} {params.python:q} -m olmpipe.difficulty sample --settings {params.settings:q}"
+        " --model {input.model:q} --pages {input.pages:q} --tests {input.tests:q}"
         " --out {params.out_dir:q} --threads {threads} > {log:q} 2>&1"
 
 
