@@ -27,7 +27,7 @@ from types import MappingProxyType
 RULE_CODE: Mapping[str, tuple[str, ...]] = MappingProxyType({
     # synth_html renders the pages it writes through the rasterizer.
     "synth_html": ("olmpipe.synth.source", "olmpipe.rasterize"),
-    "synth_render": ("olmpipe.synth.render", "olmpipe.synth.bench"),
+    "synth_render": ("olmpipe.synth.render", "olmpipe.synth.visible", "olmpipe.synth.bench"),
     "synth_tests": ("olmpipe.synth.mine", "olmpipe.synth.pages", "olmpipe.synth.bench", "olmpipe.synth.render",
                     "olmpipe.bench.model"),
     # Editing olmpipe/rasterize.py re-renders every page (the page manifests record this hash).

@@ -62,6 +62,7 @@ def test_reference_scores_100_and_an_empty_page_fails_all_but_absent(embedded, t
     assert all(rate == 0.0 for kind, rate in empty.items() if kind != "absent"), empty
     lines = [json.loads(line) for line in (root / "bench/synth.jsonl").read_text().splitlines()]
     assert report["tests"] == len(lines) and report["pages"]["html"] == 5
+    assert report["hidden_text"] == []  # every word of the embedded pages is printed where it can be seen
     assert sum(report["tests_by_type"].values()) == len(lines)
 
 

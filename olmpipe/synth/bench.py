@@ -51,15 +51,23 @@ log = logging.getLogger(__name__)
 REFERENCE_DIR = "reference"
 
 
+VISIBLE_DIR = "visible"
+_HIDDEN_SAMPLE = 12  # hidden words quoted per page in the report
+
+
 @dataclass
 class RenderEntry:
-    """One line of the render folder's ``index.jsonl``: a PDF made from the page ``name``."""
+    """One line of the render folder's ``index.jsonl``: a PDF made from the page ``name``, with how
+    many of its words the printed page shows (``visible/<name>.html`` holds those only)."""
 
     name: str
     pdf: str
     rotation: int = 0
     status: str = "ok"
     error: str | None = None
+    words: int = 0
+    hidden_words: int = 0
+    hidden_sample: str = ""  # the first hidden words, for the report
 
 
 def render_pages(html_dir: str | Path, out_dir: str | Path, synth: Mapping[str, Any], *,
@@ -68,6 +76,7 @@ def render_pages(html_dir: str | Path, out_dir: str | Path, synth: Mapping[str, 
     html_dir, out_dir = Path(html_dir), Path(out_dir)
     tmp = staging_dir(out_dir)
     (tmp / "pdfs").mkdir()
+    (tmp / VISIBLE_DIR).mkdir()
     rng = random.Random(f"{synth['seed']}:rotate")
     entries: list[RenderEntry] = []
     own = renderer is None
@@ -79,8 +88,11 @@ def render_pages(html_dir: str | Path, out_dir: str | Path, synth: Mapping[str, 
             entry = RenderEntry(page.name, f"{page.name}.pdf")
             try:
                 html = (html_dir / f"{page.name}.html").read_text(encoding="utf-8")
-                data = renderer.render(html, width_pt=page.width_pt, height_pt=page.height_pt)
-                (tmp / "pdfs" / entry.pdf).write_bytes(data)
+                printed = renderer.render_page(html, width_pt=page.width_pt, height_pt=page.height_pt)
+                (tmp / "pdfs" / entry.pdf).write_bytes(printed.pdf)
+                (tmp / VISIBLE_DIR / f"{page.name}.html").write_text(printed.visible_html, encoding="utf-8")
+                entry.words, entry.hidden_words = printed.words, len(printed.hidden_words)
+                entry.hidden_sample = " ".join(printed.hidden_words[:_HIDDEN_SAMPLE])
             except BrowserNotFoundError:
                 raise
             except (RenderRefused, BrowserError, OSError) as exc:
@@ -91,7 +103,8 @@ def render_pages(html_dir: str | Path, out_dir: str | Path, synth: Mapping[str, 
             entries.append(entry)
             if rng.random() < synth["rotate_share"]:
                 angle = rng.choice((90, 180, 270))
-                rotated = RenderEntry(page.name, f"{page.name}_rot{angle}.pdf", rotation=angle)
+                rotated = RenderEntry(page.name, f"{page.name}_rot{angle}.pdf", rotation=angle, words=entry.words,
+                                      hidden_words=entry.hidden_words, hidden_sample=entry.hidden_sample)
                 rotate_pdf(tmp / "pdfs" / entry.pdf, tmp / "pdfs" / rotated.pdf, angle)
                 entries.append(rotated)
     finally:
@@ -131,7 +144,11 @@ def build_bench(html_dir: str | Path, render_dir: str | Path, out_dir: str | Pat
         for entry in rendered:
             if entry.status != "ok":
                 continue
-            html = (html_dir / f"{entry.name}.html").read_text(encoding="utf-8")
+            visible = render_dir / VISIBLE_DIR / f"{entry.name}.html"
+            if not visible.is_file():
+                raise FileNotFoundError(f"{visible} is missing: {render_dir} was written by an older "
+                                        f"olmpipe; run synth_render again")
+            html = visible.read_text(encoding="utf-8")
             job = PageJob(html, entry.pdf, entry.rotation, synth["seed"], limits, synth["test_timeout_s"])
             try:
                 result = worker.run(job)
@@ -163,6 +180,9 @@ def build_bench(html_dir: str | Path, render_dir: str | Path, out_dir: str | Pat
                     "by_reason": dict(sorted(Counter(_reason_key(d["reason"]) for d in all_dropped).items())),
                     "tests": all_dropped},
         "skipped": skipped,
+        # words in the HTML that the printed page does not show (olmpipe.synth.visible): never mined
+        "hidden_text": [{"pdf": r.pdf, "words": r.words, "hidden_words": r.hidden_words, "sample": r.hidden_sample}
+                        for r in rendered if r.status == "ok" and r.hidden_words and not r.rotation],
     }
     if not all_kept:
         shutil.rmtree(tmp, ignore_errors=True)

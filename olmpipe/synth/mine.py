@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from html import escape
 
 from bs4 import BeautifulSoup, NavigableString, Tag
+from bs4.element import PreformattedString
 
 from olmpipe.prompts import FrontMatter, format_page_output
 from olmpipe.synth.render import MATH_DELIMITERS, find_delimited
@@ -96,6 +97,11 @@ def _prepare(html: str) -> BeautifulSoup:
     return soup
 
 
+def _is_text(node) -> bool:
+    """Text a page prints: not a comment, doctype, declaration or processing instruction."""
+    return isinstance(node, NavigableString) and not isinstance(node, PreformattedString)
+
+
 def _is_furniture(tag: Tag) -> bool:
     """Running heads, feet and page numbers: not part of the page text olmOCR should write."""
     return tag.name in ("header", "footer") or "page-number" in (tag.get("class") or [])
@@ -115,7 +121,7 @@ def _inline_text(tag: Tag) -> str:
             if node.name == "br":
                 parts.append("\n")
             stack.append((iter(node.children), furniture or _is_furniture(node)))
-        elif isinstance(node, NavigableString) and not furniture:
+        elif _is_text(node) and not furniture:
             parts.append(re.sub(r"\s+", " ", str(node)))
     lines = [re.sub(r"[ \t\r\f\v]+", " ", line).strip() for line in "".join(parts).split("\n")]
     return "\n".join(line for line in lines if line)
@@ -176,7 +182,8 @@ def _blocks(body: Tag) -> list[_Block]:
             stack.pop()
             continue
         if isinstance(child, NavigableString):
-            pending.append(str(child).replace("\n", " "))
+            if _is_text(child):
+                pending.append(str(child).replace("\n", " "))
             continue
         if not isinstance(child, Tag) or _is_furniture(child):
             continue

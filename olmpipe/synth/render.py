@@ -23,9 +23,11 @@ reference (lines 717-725). Rotated copies turn the page's ``/Rotate`` like
 from __future__ import annotations
 
 import base64
+import json
 import logging
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Self
@@ -35,6 +37,15 @@ from bs4 import BeautifulSoup
 
 from olmpipe.bench.mathbrowser import BrowserError, BrowserPipe
 from olmpipe.records.files import atomic_path
+from olmpipe.synth.visible import (
+    HIDE_TEXT_JS,
+    MEASURE_JS,
+    PREPARE_JS,
+    VISIBLE_HTML_JS,
+    LayoutMismatch,
+    print_shrink,
+    visible_words,
+)
 
 log = logging.getLogger(__name__)
 
@@ -77,27 +88,41 @@ _KATEX_WALK = r"""
       pos = close[best] + c.length;
     }
   }
-  const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
-  const nodes = [];
-  while (walker.nextNode()) nodes.push(walker.currentNode);
+  // the text nodes olmpipe.synth.visible's PREPARE_JS listed, if it ran; each replaced one's pieces
+  // ([start, end, node, is math] in the original text) are kept for its measurement
+  const olm = window.__olm;
+  let nodes = olm ? olm.nodes : null;
+  if (!nodes) {
+    nodes = [];
+    const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+    while (walker.nextNode()) nodes.push(walker.currentNode);
+  }
   let count = 0;
-  for (const node of nodes) {
+  nodes.forEach((node, index) => {
+    if (!node.isConnected) return;
     const text = node.nodeValue;
     const found = segments(text);
-    if (!found.length) continue;
+    if (!found.length) return;
     const span = document.createElement('span');
+    const pieces = [];
     let last = 0;
     for (const [start, end, tex, display] of found) {
-      span.appendChild(document.createTextNode(text.slice(last, start)));
+      const before = document.createTextNode(text.slice(last, start));
+      span.appendChild(before);
+      pieces.push([last, start, before, false]);
       const holder = document.createElement('span');
       holder.innerHTML = katex.renderToString(tex, {displayMode: display, throwOnError: false});
       span.appendChild(holder);
+      pieces.push([start, end, holder, true]);
       last = end;
       count++;
     }
-    span.appendChild(document.createTextNode(text.slice(last)));
+    const after = document.createTextNode(text.slice(last));
+    span.appendChild(after);
+    pieces.push([last, text.length, after, false]);
     node.replaceWith(span);
-  }
+    if (olm) olm.pieces.set(index, pieces);
+  });
   return count;
 })()
 """
@@ -118,6 +143,16 @@ def find_delimited(text: str, opening: str, closing: str) -> Iterator[str]:
             return  # no closing after this opening, so none after any later one either
         yield text[start + len(opening):end]
         pos = end + len(closing)
+
+
+@dataclass
+class RenderedPage:
+    """A printed page: its PDF and, from :meth:`HtmlRenderer.render_page`, the HTML of what it shows."""
+
+    pdf: bytes
+    visible_html: str | None = None  # the page as parsed, without the words the print does not show
+    words: int = 0  # words measured on the page
+    hidden_words: list[str] = field(default_factory=list)  # the words left out, in page order
 
 
 class RenderRefused(ValueError):
@@ -236,6 +271,15 @@ class HtmlRenderer:
     def render(self, html: str, *, width_pt: float, height_pt: float) -> bytes:
         """PDF bytes of the sanitized page at ``width_pt`` x ``height_pt``; raises RenderRefused when it
         does not fit on one page, BrowserError when the browser fails or exceeds ``timeout_s``."""
+        return self._print(html, width_pt, height_pt, visible=False).pdf
+
+    def render_page(self, html: str, *, width_pt: float, height_pt: float) -> RenderedPage:
+        """:meth:`render`, plus what the printed page shows (:mod:`olmpipe.synth.visible`): the page's
+        HTML without the words it does not show, for the miner. Also raises RenderRefused when the
+        print is not laid out as the page was measured."""
+        return self._print(html, width_pt, height_pt, visible=True)
+
+    def _print(self, html: str, width_pt: float, height_pt: float, *, visible: bool) -> RenderedPage:
         clean = sanitize(html)
         needs_math = any(next(find_delimited(clean, o, c), None) is not None for o, c in MATH_DELIMITERS)
         browser = self._get()
@@ -248,6 +292,9 @@ class HtmlRenderer:
                 raise BrowserError(f"rendering took more than {self.timeout_s:g} s")
             return remaining
 
+        print_params = {"paperWidth": width_pt / 72, "paperHeight": height_pt / 72, "marginTop": 0,
+                        "marginBottom": 0, "marginLeft": 0, "marginRight": 0, "printBackground": True,
+                        "preferCSSPageSize": False}
         target = browser.call("Target.createTarget", {"url": "about:blank"}, timeout=left())["targetId"]
         try:
             session = browser.call("Target.attachToTarget", {"targetId": target, "flatten": True},
@@ -259,9 +306,13 @@ class HtmlRenderer:
             browser.call("Emulation.setDeviceMetricsOverride",
                          {"width": round(width_pt * CSS_PX_PER_PT), "height": round(height_pt * CSS_PX_PER_PT),
                           "deviceScaleFactor": 1, "mobile": False}, session=session, timeout=left())
+            # measured as printed: @media print rules apply to the layout the words are measured in
+            browser.call("Emulation.setEmulatedMedia", {"media": "print"}, session=session, timeout=left())
             browser.call("Page.enable", session=session, timeout=left())
             frame = browser.call("Page.getFrameTree", session=session, timeout=left())["frameTree"]["frame"]["id"]
             browser.call("Page.setDocumentContent", {"frameId": frame, "html": clean}, session=session, timeout=left())
+            if visible:
+                self._evaluate(browser, session, PREPARE_JS, left())
             if needs_math:
                 style = _katex_asset("katex.min.css").replace("\\", "\\\\").replace("`", "\\`").replace("${", "\\${")
                 self._evaluate(browser, session, _katex_asset("katex.min.js"), left())
@@ -269,22 +320,39 @@ class HtmlRenderer:
                                f"s.textContent = `{style}`; document.head.appendChild(s); }})()", left())
                 self._evaluate(browser, session, _KATEX_WALK, left())
             self._evaluate(browser, session, "document.fonts.ready.then(() => true)", left(), wait=True)
-            data = browser.call("Page.printToPDF", {
-                "paperWidth": width_pt / 72, "paperHeight": height_pt / 72, "marginTop": 0, "marginBottom": 0,
-                "marginLeft": 0, "marginRight": 0, "printBackground": True, "preferCSSPageSize": False,
-            }, session=session, timeout=left())["data"]
+            pdf = base64.b64decode(browser.call("Page.printToPDF", print_params, session=session,
+                                                timeout=left())["data"])
+            pages = pdf_page_count(pdf)
+            if pages != 1:
+                raise RenderRefused(f"renders to {pages} PDF pages at {width_pt:g}x{height_pt:g} pt, not one "
+                                    f"(shorten the page or give a larger page size)")
+            if not visible:
+                return RenderedPage(pdf)
+            measure = self._evaluate(browser, session, MEASURE_JS, left())
+            shrink = print_shrink(measure)
+            if shrink > 1:  # measure where the print laid the page out: wider, then scaled to the paper
+                metrics = {"width": round(width_pt * CSS_PX_PER_PT * shrink),
+                           "height": round(height_pt * CSS_PX_PER_PT * shrink), "deviceScaleFactor": 1,
+                           "mobile": False}
+                browser.call("Emulation.setDeviceMetricsOverride", metrics, session=session, timeout=left())
+                measure = self._evaluate(browser, session, MEASURE_JS, left())
+            measure["shrink"] = shrink
+            self._evaluate(browser, session, HIDE_TEXT_JS, left())
+            blank = base64.b64decode(browser.call("Page.printToPDF", print_params, session=session,
+                                                  timeout=left())["data"])
+            try:
+                seen = visible_words(measure, pdf, blank)
+            except LayoutMismatch as exc:
+                raise RenderRefused(f"the printed page is not laid out as measured: {exc}") from None
+            hidden = {str(i): [list(span) for span in spans] for i, spans in seen.hidden.items()}
+            page_html = self._evaluate(browser, session, f"({VISIBLE_HTML_JS})({json.dumps(hidden)})", left())
+            return RenderedPage(pdf, page_html, seen.words, seen.hidden_words)
         finally:
             if browser.alive:
                 try:
                     browser.call("Target.closeTarget", {"targetId": target}, timeout=5.0)
                 except BrowserError:
                     browser.kill()
-        pdf = base64.b64decode(data)
-        pages = pdf_page_count(pdf)
-        if pages != 1:
-            raise RenderRefused(f"renders to {pages} PDF pages at {width_pt:g}x{height_pt:g} pt, not one "
-                                f"(shorten the page or give a larger page size)")
-        return pdf
 
     @staticmethod
     def _evaluate(browser: BrowserPipe, session: str, expression: str, timeout: float, *, wait: bool = False):
