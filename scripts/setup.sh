@@ -18,8 +18,9 @@
 # torch is installed first and pinned (2.13.0): pyproject.toml only gives a range, and installing
 # the package before torch would let pip pick the newest (CUDA) wheel.
 # --gpu sets up a GPU machine for the olmOCR 2 recipe (config/olmocr2.yaml): the default index's
-# torch 2.13.0 (a CUDA 13.0 build: NVIDIA driver 580 or newer), GPU vLLM and DeepSpeed (the `vllm`
-# and `deepspeed` extras of pyproject.toml: the versions olmpipe.train.packages checks at job start)
+# torch 2.13.0 (a CUDA 13.0 build: NVIDIA driver 580 or newer), GPU vLLM, DeepSpeed and bitsandbytes
+# for QLoRA (the `vllm`, `deepspeed` and `qlora` extras of pyproject.toml: the versions
+# olmpipe.train.packages checks at job start)
 # and the package, resolved in one pip call so that nothing may replace torch 2.13.0; then it checks
 # that everything imports and that torch is a CUDA build. workflow/envs/olmpipe-gpu.yaml installs the
 # same set for `--sdm conda`. --resolve-only REPORT resolves that set against the package index and
@@ -72,7 +73,7 @@ pip=("$venv/bin/python" -m pip install --quiet)
 if [[ $gpu == 1 ]]; then
     # The GPU package set (workflow/envs/olmpipe-gpu.yaml lists the same; tests/test_setup_gpu.py
     # checks that both agree and that the set resolves).
-    extras="vllm,deepspeed"
+    extras="vllm,deepspeed,qlora"
     [[ $dev == 1 ]] && extras+=",dev"
     gpu_packages=("torch==2.13.0" -e ".[$extras]")
     # Python 3.11's bundled pip (23.2) backtracks through older vLLM releases for minutes here.

@@ -47,7 +47,7 @@ def setup_gpu_packages() -> tuple[list[str], str]:
 def test_supported_versions_are_the_extras() -> None:
     extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
     for name, versions in SUPPORTED.items():
-        (line,) = extras[name]
+        (line,) = extras[{"bitsandbytes": "qlora"}.get(name, name)]  # the QLoRA extra is named for its use
         req = Requirement(line)
         assert req.name == name and req.specifier == SpecifierSet(versions), (name, line, versions)
     # server-mode image rollouts need vLLM >= 0.30 (trl/scripts/vllm_serve.py 266-267); TRL 1.16
@@ -72,7 +72,7 @@ def test_trl_enables_the_render_endpoint_from_vllm_0_30() -> None:
 
 def test_conda_gpu_environment_is_the_setup_set() -> None:
     packages, extras = setup_gpu_packages()
-    assert packages == ["torch==2.13.0", "-e", ".[$extras]"] and extras == "vllm,deepspeed"
+    assert packages == ["torch==2.13.0", "-e", ".[$extras]"] and extras == "vllm,deepspeed,qlora"
     env = yaml.safe_load(GPU_ENV.read_text())
     pip = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict))
     assert pip == ["torch==2.13.0", f"-e ../..[{extras}]"]
@@ -158,6 +158,7 @@ def test_gpu_set_resolves_and_deepspeed_installs(tmp_path: Path) -> None:
     assert version("vllm") in SpecifierSet(SUPPORTED["vllm"])
     assert [str(r.specifier) for r in requires("vllm") if r.name == "torch"] == ["==2.13.0"]
     assert version("deepspeed") in SpecifierSet(SUPPORTED["deepspeed"])
+    assert version("bitsandbytes") in SpecifierSet(SUPPORTED["bitsandbytes"])  # QLoRA (train.peft.quantization)
     assert str(version("trl")) == "1.16.0" and version("accelerate") >= Version("1.4")
     assert version("transformers") in SpecifierSet(">=5.17,<5.25")
     assert install["olmpipe"]["is_direct"] and "vllm" in install["olmpipe"]["requested_extras"]

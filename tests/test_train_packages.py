@@ -86,6 +86,19 @@ def test_config_needs_read_the_recipe() -> None:
     assert "torch" not in {n.module for n in config_needs(cfg, processes=7, node_gpus=8)}
 
 
+
+def test_qlora_needs_bitsandbytes_and_lora_nothing_more() -> None:
+    from olmpipe.plan import load_configs
+
+    cfg = load_configs([REPO / "config" / "olmocr2-lora-1gpu.yaml"])
+    assert {n.module for n in config_needs(cfg, processes=1, node_gpus=1)} == {"torch", "vllm"}  # peft: a dependency
+    cfg["train"]["peft"]["quantization"] = "4bit"
+    cfg["train"]["grpo"]["use_vllm"] = False
+    needs = {n.module: n for n in config_needs(cfg, processes=1, node_gpus=1)}
+    assert set(needs) == {"torch", "bitsandbytes"} and needs["bitsandbytes"].versions == SUPPORTED["bitsandbytes"]
+    assert "train.peft.quantization: 4bit" in needs["bitsandbytes"].reason
+
+
 def test_nvidia_gpus_are_counted_from_the_driver_folder(tmp_path: Path) -> None:
     for bus in ("0000:18:00.0", "0000:2a:00.0"):
         (tmp_path / bus).mkdir()

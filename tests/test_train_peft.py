@@ -172,9 +172,12 @@ def test_an_adapter_checkpoint_that_does_not_fit_is_refused(tmp_path, tiny_model
 
 # --- LoRA runs (slow): resume bitwise, outputs, soup -------------------------------------------------
 
+# beta > 0: the KL reference is the adapter disabled; activation checkpointing (TRL's
+# enable_input_require_grads path for PEFT) and evaluation during training on, as a user would run.
 GRPO = {"max_steps": 4, "num_generations": 4, "per_device_train_batch_size": 4, "learning_rate": 0.05,
         "gradient_accumulation_steps": 2, "max_completion_length": 8, "save_steps": 1, "logging_steps": 1,
-        "save_total_limit": None, "beta": 0.04}
+        "save_total_limit": None, "beta": 0.04, "activation_checkpointing": True, "eval_strategy": "steps",
+        "eval_steps": 2}
 LORA = {"enabled": True, "r": 4, "alpha": 8, "modules_to_save": ["lm_head"]}
 
 
@@ -222,7 +225,11 @@ def test_lora_resume_is_bitwise_the_uninterrupted_run(lora_runs):
         assert not _differences(full / name, resumed / name, "adapter_model.safetensors"), name
     assert not _differences(full / "adapter", resumed / "adapter", "adapter_model.safetensors")
     assert not _differences(full / "model", resumed / "model", "model.safetensors")
-    assert [json.loads(x)["step"] for x in (resumed / "metrics.jsonl").read_text().splitlines()] == [1, 2, 3, 4]
+    rows = [json.loads(x) for x in (resumed / "metrics.jsonl").read_text().splitlines()]
+    assert sorted({r["step"] for r in rows}) == [1, 2, 3, 4]
+    assert [r["step"] for r in rows if "eval_reward" in r] == [2, 4]  # evaluation during training ran
+    full_rows = [json.loads(x) for x in (full / "metrics.jsonl").read_text().splitlines()]
+    assert any(r.get("kl", 0) > 0 for r in full_rows)  # the policy moved away from the adapter-disabled reference
 
 
 @pytest.mark.slow

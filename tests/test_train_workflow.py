@@ -110,13 +110,13 @@ def test_a_lora_run_of_the_embedded_default_finishes(tmp_path):
     lora = tmp_path / "lora.yaml"
     lora.write_text(yaml.safe_dump({"train": {"seeds": [0, 1], "wandb": {"mode": "disabled"},
                                               "peft": {"enabled": True, "r": 4, "alpha": 8},
-                                              "grpo": {"max_steps": 2, "save_steps": 1}}}))
+                                              "grpo": {"max_steps": 1, "save_steps": 1}}}))
     snakemake(tmp_path, "train", "--configfile", str(lora))
     results = tmp_path / "results"
     for seed in (0, 1):
         run = results / "train" / f"seed{seed}"
         assert json.loads((run / "model" / "olmpipe_train.json").read_text())["peft"]["enabled"] is True
-        assert (run / "checkpoint-2" / "adapter_model.safetensors").exists()
+        assert (run / "checkpoint-1" / "adapter_model.safetensors").exists()
         merged, processor = load_model_and_processor(run / "model", device="cpu")
         base, _ = load_model_and_processor(results / "model" / "tiny", device="cpu")
         adapted = PeftModel.from_pretrained(base, str(run / "adapter"))

@@ -18,7 +18,7 @@ every rank of :mod:`olmpipe.train.cli` before training, which also imports them 
 import them in that process anyway) so that a broken install is caught too, and checks torch's
 build when the node has NVIDIA GPUs and ``train.device`` is not ``cpu``.
 
-Supported versions (:data:`SUPPORTED`) are the ``vllm`` and ``deepspeed`` extras of
+Supported versions (:data:`SUPPORTED`) are the ``vllm``, ``deepspeed`` and ``qlora`` (bitsandbytes) extras of
 ``pyproject.toml`` (``tests/test_setup_gpu.py`` keeps them equal):
 
 - vLLM >= 0.30: TRL 1.16 sends the images of server-mode rollouts to
@@ -47,6 +47,7 @@ from olmpipe.launch import DEEPSPEED_STRATEGIES
 SETUP_COMMAND = "scripts/setup.sh --gpu"
 #: Supported versions of the optional packages: the extras of the same names in pyproject.toml.
 SUPPORTED = {
+    "bitsandbytes": ">=0.45,<0.51",
     "deepspeed": ">=0.16,<0.20",
     "vllm": ">=0.30,<0.32",
 }
@@ -110,10 +111,13 @@ def job_needs(*, strategy: str, processes: int, vllm_mode: str = "none", cuda: b
 def config_needs(cfg: Mapping[str, Any], *, processes: int, node_gpus: int = 0) -> list[Need]:
     """:func:`job_needs` of a validated config (``resources.train.strategy``, ``train.grpo``,
     ``train.device``) for a job of ``processes`` ranks on a node with ``node_gpus`` NVIDIA GPUs."""
-    grpo = cfg["train"]["grpo"]
+    grpo, peft = cfg["train"]["grpo"], cfg["train"]["peft"]
     vllm_mode = grpo["vllm_mode"] if grpo["use_vllm"] else "none"
-    return job_needs(strategy=cfg["resources"]["train"]["strategy"], processes=processes, vllm_mode=vllm_mode,
-                     cuda=node_gpus > 0 and cfg["train"]["device"] != "cpu")
+    needs = job_needs(strategy=cfg["resources"]["train"]["strategy"], processes=processes, vllm_mode=vllm_mode,
+                      cuda=node_gpus > 0 and cfg["train"]["device"] != "cpu")
+    if peft["enabled"] and peft["quantization"] != "none":  # QLoRA (olmpipe.train.peft)
+        needs.append(Need("bitsandbytes", SUPPORTED["bitsandbytes"], f"train.peft.quantization: {peft['quantization']}"))
+    return needs
 
 
 def installed_version(module: str) -> tuple[str, str] | None:
@@ -188,7 +192,7 @@ def check(needs: Sequence[Need], *, import_modules: bool = True) -> None:
         raise MissingPackageError(
             f"this training job cannot run in {sys.prefix} (python {sys.executable}):\n{lines}\n"
             f"Set up this machine's environment with `{SETUP_COMMAND}` (README: set-up), or install the "
-            "extras named in pyproject.toml (`pip install -e '.[vllm,deepspeed]'` with a CUDA torch 2.13.0)."
+            "extras named in pyproject.toml (`pip install -e '.[vllm,deepspeed,qlora]'` with a CUDA torch 2.13.0)."
         )
 
 
