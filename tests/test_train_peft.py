@@ -140,7 +140,9 @@ def test_vllm_sync_yields_merged_weights_and_leaves_the_bf16_base_bit_for_bit(ti
     _randomize_adapter(model)
     base = {n: p.detach().clone() for n, p in model.named_parameters() if "lora_" not in n}
     for _ in range(5):
-        synced = {name: tensor.clone() for name, tensor in merged_named_params(model)}
+        # collected first and read afterwards, as vLLM's packed NCCL broadcast (server mode) does:
+        # pack_tensors keeps every yielded tensor of a chunk and concatenates them at the end
+        synced = dict(list(merged_named_params(model)))
     assert all(torch.equal(base[n], p) for n, p in model.named_parameters() if n in base)
     # the names and values vLLM gets are those of the merged model
     import copy

@@ -237,7 +237,11 @@ def merged_named_params(model: Any) -> Iterator[tuple[str, Any]]:
     ``original_module`` skipped, ``modules_to_save.default.`` removed, ``unmerge_adapter()``), but
     merged one adapted layer at a time, and each base weight put back from a copy after its
     unmerge, so repeated syncs leave the frozen base bit for bit as it was (an unmerge in
-    bfloat16 does not undo its merge). Each yielded tensor is valid until the next one is requested.
+    bfloat16 does not undo its merge). A merged weight is yielded as a copy of its own, taken
+    before the base is restored: vLLM's packed NCCL broadcast (server mode, vLLM 0.31
+    ``distributed/weight_transfer/packed_tensor.py`` ``pack_tensors``) keeps the tensors of a
+    chunk and concatenates them only after asking for the next ones. Extra memory: one layer's
+    weight twice, plus what the consumer keeps.
     """
     from peft.tuners.lora import LoraLayer
 
@@ -258,11 +262,12 @@ def merged_named_params(model: Any) -> Iterator[tuple[str, Any]]:
         original = param.data.clone()
         layer.merge()
         try:
-            yield vllm_name, layer.get_base_layer().weight.data
+            merged = layer.get_base_layer().weight.data.clone()
         finally:
             layer.unmerge()
             layer.get_base_layer().weight.data.copy_(original)
             del original
+        yield vllm_name, merged
 
 
 def final_adapter_dir(final_dir: str | Path) -> Path:
