@@ -103,6 +103,17 @@ def test_qlora_on_the_cpu_stops_train_seed_before_loading_anything(tmp_path):
     assert not any((tmp_path / "run").glob("checkpoint-*"))
 
 
+def test_olmpipe_train_refuses_qlora_on_the_cpu_with_exit_2(tmp_path, capsys):
+    from olmpipe.train.cli import main
+
+    config = json.dumps({"train": {"device": "cpu", "wandb": {"mode": "disabled"},
+                                   "peft": {"enabled": True, "quantization": "8bit"}}})
+    code = main(["--seed", "0", "--model", str(tmp_path / "m"), "--pages", str(tmp_path / "p.jsonl"),
+                 "--tests-dir", str(tmp_path), "--run-dir", str(tmp_path / "run"), "--config-json", config])
+    assert code == 2
+    assert "train.peft.quantization: 8bit (QLoRA) needs a CUDA GPU" in capsys.readouterr().err
+
+
 def test_a_trained_copy_of_a_tied_lm_head_is_refused_with_vllm(tiny_model_dir):
     from olmpipe.modelload import load_model_and_processor
     from olmpipe.train.peft import check_model

@@ -60,6 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     except MissingPackageError as exc:
         sys.stderr.write(f"olmpipe train: {exc}\n")
         return 2
+    from olmpipe.train.peft import PeftSetupError
     from olmpipe.train.resume import ResumeMismatchError
     from olmpipe.train.run import train_seed
     from olmpipe.train.runlock import RunLockedError
@@ -68,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return train_seed(cfg, seed=args.seed, model_path=args.model, pages=args.pages, tests_dir=args.tests_dir,
                           run_dir=args.run_dir, final_dir=args.final_dir)
-    except (RunLockedError, ResumeMismatchError, VLLMServerError) as exc:
+    except (RunLockedError, ResumeMismatchError, VLLMServerError, PeftSetupError) as exc:
         sys.stderr.write(f"olmpipe train: {exc}\n")
         return 2
     except Exception as exc:

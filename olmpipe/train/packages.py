@@ -115,7 +115,8 @@ def config_needs(cfg: Mapping[str, Any], *, processes: int, node_gpus: int = 0) 
     vllm_mode = grpo["vllm_mode"] if grpo["use_vllm"] else "none"
     needs = job_needs(strategy=cfg["resources"]["train"]["strategy"], processes=processes, vllm_mode=vllm_mode,
                       cuda=node_gpus > 0 and cfg["train"]["device"] != "cpu")
-    if peft["enabled"] and peft["quantization"] != "none":  # QLoRA (olmpipe.train.peft)
+    if peft["enabled"] and peft["quantization"] != "none" and node_gpus > 0:
+        # QLoRA (olmpipe.train.peft); without a GPU it is refused with its own message
         needs.append(Need("bitsandbytes", SUPPORTED["bitsandbytes"], f"train.peft.quantization: {peft['quantization']}"))
     return needs
 
