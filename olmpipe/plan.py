@@ -35,6 +35,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from olmpipe.checkpoint_plan import CheckpointPlan, ProfileError, checkpoint_plan, profile_slurm_extra
 from olmpipe.launch import DEEPSPEED_STRATEGIES, LaunchError, LaunchPlan, launch_prefix, plan
 from olmpipe.train.precision import Precision, resolve_precision
 from olmpipe.train.vllm_server import collective_timeout_problem
@@ -42,6 +43,9 @@ from olmpipe.train.vllm_server import collective_timeout_problem
 logger = logging.getLogger(__name__)
 
 GIB = 2**30
+#: The SLURM profile ``olmpipe plan`` reads for the train rule's ``--signal`` lead (relative to the
+#: working directory, the repository root).
+DEFAULT_PROFILE = "workflow/profiles/slurm"
 #: Prompt tokens besides the page image: the olmOCR v4 no-anchoring instruction and the chat
 #: template (about 130 tokens with Qwen2.5-VL's tokenizer), rounded up.
 PROMPT_TEXT_TOKENS = 160
@@ -255,6 +259,12 @@ class MemoryPlan:
     server_terms: tuple[Term, ...]
     problems: tuple[str, ...]
     precision: str = ""
+    checkpoints: CheckpointPlan | None = None
+
+    @property
+    def all_problems(self) -> tuple[str, ...]:
+        """Memory and launch problems, then checkpoint problems."""
+        return self.problems + (self.checkpoints.problems if self.checkpoints is not None else ())
 
     @property
     def train_total(self) -> float:
@@ -263,8 +273,8 @@ class MemoryPlan:
 
     @property
     def fits(self) -> bool:
-        """True when no check failed."""
-        return not self.problems
+        """True when no check failed (memory, launch and checkpoints)."""
+        return not self.all_problems
 
     def table(self) -> str:
         """The plan as a text table (what ``olmpipe plan`` prints)."""
@@ -284,7 +294,9 @@ class MemoryPlan:
             total = sum(t.gib for t in terms)
             lines.append(f"{'total':<{width}}  {total:7.1f}  of {self.gpu_memory_gib:g} GiB")
             lines.append("")
-        lines.append("fits" if self.fits else "does not fit:\n" + "\n".join(f"- {m}" for m in self.problems))
+        if self.checkpoints is not None:
+            lines += [self.checkpoints.table(), ""]
+        lines.append("fits" if self.fits else "does not fit:\n" + "\n".join(f"- {m}" for m in self.all_problems))
         return "\n".join(lines)
 
 
@@ -303,10 +315,14 @@ def _precision(cfg: Mapping[str, Any]) -> Precision:
         raise PlanError(str(exc)) from exc
 
 
-def memory_plan(cfg: Mapping[str, Any], shape: ModelShape, gpus: int | None = None) -> MemoryPlan:
-    """The per-GPU memory plan of ``cfg`` (a validated config) for a model of ``shape``.
+def memory_plan(cfg: Mapping[str, Any], shape: ModelShape, gpus: int | None = None, *,
+                slurm_extra: str | None = None, signal_source: str = "the train rule's slurm_extra") -> MemoryPlan:
+    """The per-GPU memory plan of ``cfg`` (a validated config) for a model of ``shape``, with its
+    checkpoints' disk and write time (:mod:`olmpipe.checkpoint_plan`).
 
-    ``gpus``: the job's GPUs (``resources.train.gpu`` when None; the rule passes its resource).
+    ``gpus``: the job's GPUs (``resources.train.gpu`` when None; the rule passes its resource);
+    ``slurm_extra``: the train rule's sbatch flags (SLURM's ``--signal`` lead), ``signal_source`` where
+    they come from (for the messages).
     """
     res, grpo = cfg["resources"]["train"], cfg["train"]["grpo"]
     gpus = res["gpu"] if gpus is None else gpus
@@ -416,11 +432,23 @@ def memory_plan(cfg: Mapping[str, Any], shape: ModelShape, gpus: int | None = No
         else "bf16 weights without master copy (train.pure_bf16)"
     if peft["enabled"]:
         masters = f"frozen {'quantized' if peft['quantization'] != 'none' else precision.compute} base, float32 adapter"
+    checkpoints = checkpoint_plan(cfg, strategy=strategy, processes=n, parameters=params,
+                                  weight_bytes=2 if precision.weights == "bfloat16" else 4, compute_bytes=w,
+                                  slurm_extra=slurm_extra, signal_source=signal_source,
+                                  adapter_bytes=_adapter_bytes(shape, peft, w) if peft["enabled"] else None)
     return MemoryPlan(launch=launch, shape=shape, gpu_memory_gib=gpu_gib, train_terms=tuple(terms),
                       server_terms=tuple(server), problems=tuple(problems),
                       precision=f"{masters}, {precision.compute} compute, "
                                 + ("reference: the adapter disabled" if peft["enabled"]
-                                   else f"{precision.reference} reference model"))
+                                   else f"{precision.reference} reference model"),
+                      checkpoints=checkpoints)
+
+
+def _adapter_bytes(shape: ModelShape, peft: Mapping[str, Any], w: int) -> float:
+    """Bytes of what LoRA trains: the float32 adapter and the modules_to_save copies (:mod:`olmpipe.loraplan`)."""
+    from olmpipe.loraplan import adapter_parameters, saved_module_parameters
+
+    return adapter_parameters(shape, peft)[0] * 4 + saved_module_parameters(shape, peft)[0] * w
 
 
 def _lora_terms(shape: ModelShape, peft: Mapping[str, Any], w: int) -> list[Term]:
@@ -430,7 +458,7 @@ def _lora_terms(shape: ModelShape, peft: Mapping[str, Any], w: int) -> list[Term
     base, base_note = base_weight_bytes(shape, peft, w)
     adapter, unknown = adapter_parameters(shape, peft)
     saved, unknown_saved = saved_module_parameters(shape, peft)
-    trained = adapter * 4 + saved * w  # fp32 adapter; modules_to_save copies in the base's dtype
+    trained = _adapter_bytes(shape, peft, w)  # fp32 adapter; modules_to_save copies in the base's dtype
     note_unknown = f"; not sized: {', '.join(unknown + unknown_saved)}" if unknown or unknown_saved else ""
     quant_fix = "train.peft.quantization: 4bit (QLoRA, rollouts without vLLM)"
     return [
@@ -456,8 +484,9 @@ def model_for_plan(cfg: Mapping[str, Any], model: str | Path | None = None) -> s
     return hub[0] if hub and not Path(folder).exists() else folder
 
 
-def check_fits(cfg: Mapping[str, Any], gpus: int, model: str | Path) -> MemoryPlan | None:
-    """Raise :class:`PlanError` naming the terms that do not fit; None when there is nothing to check.
+def check_fits(cfg: Mapping[str, Any], gpus: int, model: str | Path, slurm_extra: str | None = None) -> MemoryPlan | None:
+    """Raise :class:`PlanError` naming the terms that do not fit (GPU memory, or a checkpoint that
+    cannot be written within the stop grace or SLURM's signal lead); None when there is nothing to check.
 
     CPU jobs (``gpus == 0``) have no GPU memory to plan. A model whose shapes are unknown yet (the
     embedded model before it is built) is logged and skipped.
@@ -475,10 +504,12 @@ def check_fits(cfg: Mapping[str, Any], gpus: int, model: str | Path) -> MemoryPl
                 return None
         else:
             raise
-    result = memory_plan(cfg, shape, gpus)
+    result = memory_plan(cfg, shape, gpus, slurm_extra=slurm_extra)
     if not result.fits:
-        raise PlanError("the training job does not fit in GPU memory (olmpipe plan prints the table):\n"
-                        + "\n".join(f"  - {m}" for m in result.problems))
+        what = [w for w, bad in (("does not fit in GPU memory", result.problems),
+                                 ("cannot write its checkpoint in time", result.checkpoints.problems)) if bad]
+        raise PlanError(f"the training job {' and '.join(what)} (olmpipe plan prints the table):\n"
+                        + "\n".join(f"  - {m}" for m in result.all_problems))
     return result
 
 
@@ -496,10 +527,11 @@ def _warn_missing_packages(needs: tuple[Any, ...]) -> None:
                        "its node has it (`%s` sets one up)", "; ".join(missing), SETUP_COMMAND)
 
 
-def checked_launch_prefix(cfg: Mapping[str, Any], gpus: int, model: str | Path) -> str:
-    """The train rule's launch prefix, after :func:`check_fits` (raises before anything starts)."""
+def checked_launch_prefix(cfg: Mapping[str, Any], gpus: int, model: str | Path, slurm_extra: str | None = None) -> str:
+    """The train rule's launch prefix, after :func:`check_fits` (raises before anything starts);
+    ``slurm_extra``: the rule's resource of that name (a profile's ``--signal`` lead)."""
     res = cfg["resources"]["train"]
-    check_fits(cfg, gpus, model)
+    check_fits(cfg, gpus, model, slurm_extra)
     from olmpipe.train.packages import config_needs
 
     processes = plan(gpus, res["launcher"], res["vllm_server_gpus"], res["strategy"], res["nodes"]).train_processes
@@ -533,6 +565,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="config files merged over config/config.yaml, as snakemake --configfile")
     parser.add_argument("--gpus", type=int, default=None, help="GPUs of the job (default: resources.train.gpu)")
     parser.add_argument("--model", default=None, help="model folder or hub id (default: model.path)")
+    parser.add_argument("--profile", default=None,
+                        help="Snakemake profile folder whose set-resources.train_seed.slurm_extra gives SLURM's "
+                             f"--signal lead (default: {DEFAULT_PROFILE} when it exists here; 'none' for no SLURM)")
     ns = parser.parse_args(argv)
     from olmpipe.config import ConfigError
 
@@ -542,8 +577,11 @@ def main(argv: list[str] | None = None) -> int:
         if gpus <= 0:
             sys.stdout.write("resources.train.gpu is 0: a CPU run, no GPU memory to plan\n")
             return 0
-        result = memory_plan(cfg, load_shape(model_for_plan(cfg, ns.model)), gpus)
-    except (ConfigError, PlanError, LaunchError) as exc:
+        profile = ns.profile if ns.profile is not None else (DEFAULT_PROFILE if Path(DEFAULT_PROFILE).is_dir() else "none")
+        extra = None if profile == "none" else profile_slurm_extra(profile)
+        result = memory_plan(cfg, load_shape(model_for_plan(cfg, ns.model)), gpus, slurm_extra=extra,
+                             signal_source=f"{Path(profile) / 'config.yaml'}" if profile != "none" else "no profile")
+    except (ConfigError, PlanError, LaunchError, ProfileError) as exc:
         sys.stderr.write(f"olmpipe plan: {exc}\n")
         return 2
     sys.stdout.write(result.table() + "\n")

@@ -246,3 +246,82 @@ def test_snakemake_stops_before_submitting_a_job_that_does_not_fit(tmp_path) -> 
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0 and "does not fit in GPU memory" in out, out[-3000:]
     assert "largest term: optimizer states" in out
+
+
+def test_recipe_checkpoints_by_hand(capsys) -> None:
+    """ZeRO-2 on 7 ranks, bf16 compute: weights copy 2 + DeepSpeed module 2 + fp32 masters and two
+    moments 12 = 16 B/param (132.7 GB); on SIGTERM without the weights copy, 14 B/param; the final
+    model/ float32; save_total_limit 3 keeps 4 while the newest is written."""
+    assert main(["--configfile", str(REPO / "config" / "olmocr2.yaml")]) == 0
+    out = capsys.readouterr().out
+    ckpt, stop, model = P7 * 16 / 1e9, P7 * 14 / 1e9, P7 * 4 / 1e9
+    assert f"one checkpoint           {ckpt:5.1f}" in out and f"checkpoint on SIGTERM    {stop:5.1f}" in out
+    assert f"final model/              {model:4.1f}" in out
+    assert f"disk per seed            {4 * ckpt + model:5.1f}" in out and f"6 seed(s): {6 * (4 * ckpt + model):.0f} GB" in out
+    assert f"write time at 1 GB/s (resources.train.checkpoint_write_gbps): {ckpt:.0f} s, on SIGTERM {stop:.0f} s" in out
+    assert "SLURM signal: 300 s before the walltime (workflow/profiles/slurm/config.yaml)" in out
+
+
+@pytest.mark.parametrize(("overrides", "slurm_extra", "message"), [
+    ({"resources": {"train": {"stop_grace_s": 60}}}, None,
+     "resources.train.stop_grace_s (60 s) is shorter than writing the checkpoint on SIGTERM (116.1 GB at 1 GB/s"),
+    ({"resources": {"train": {"checkpoint_write_gbps": 0.25, "stop_grace_s": 280}}}, "'--signal=TERM@300'",
+     "SLURM signals 300 s before the walltime (the train rule's slurm_extra), less than writing the checkpoint"),
+    ({"resources": {"train": {"stop_grace_s": 400}}}, "'--signal=TERM@300'",
+     "resources.train.stop_grace_s (400 s) is longer than SLURM's signal lead (300 s"),
+    ({}, "'--signal=B:USR1@300'", "sends SIGUSR1, but the trainer checkpoints on SIGTERM"),
+])
+def test_a_grace_shorter_than_the_checkpoint_write_is_refused(overrides, slurm_extra, message) -> None:
+    cfg = config(ZERO2_SERVER, overrides)
+    plan = memory_plan(cfg, seven_b(), slurm_extra=slurm_extra)
+    assert not plan.fits and any(message in m for m in plan.checkpoints.problems), plan.checkpoints.problems
+    with pytest.raises(PlanError, match="cannot write its checkpoint in time"):
+        checked_launch_prefix(cfg, 8, SEVEN_B, slurm_extra)
+
+
+def test_checkpoint_bytes_follow_strategy_and_precision() -> None:
+    from olmpipe.checkpoint_plan import checkpoint_bytes_per_param
+
+    assert sum(checkpoint_bytes_per_param("ddp", 4, 2).values()) == 12  # float32 weights + two moments
+    assert sum(checkpoint_bytes_per_param("single", 2, 2).values()) == 6  # train.pure_bf16
+    assert sum(checkpoint_bytes_per_param("zero3", 4, 2).values()) == 14
+    one = memory_plan(config({"resources": {"train": {"gpu": 1}}, "train": {"grpo": {"use_vllm": False,
+                                                                                    "save_total_limit": None,
+                                                                                    "max_steps": 250,
+                                                                                    "save_steps": 100}}}),
+                      seven_b())
+    c = one.checkpoints
+    assert c.stop_grace_s is None and c.kept == 3  # one process: no supervisor; 250 steps / 100 -> 3 saves
+    assert c.checkpoint_gb == pytest.approx(P7 * 12 / 1e9) == pytest.approx(c.stop_checkpoint_gb)
+
+
+def test_cli_reads_the_profile_signal_lead(tmp_path, capsys) -> None:
+    profile = tmp_path / "prof"
+    profile.mkdir()
+    (profile / "config.yaml").write_text("set-resources:\n  train_seed:\n    slurm_extra: \"'--signal=TERM@60'\"\n")
+    assert main(["--configfile", str(REPO / "config" / "olmocr2.yaml"), "--profile", str(profile)]) == 1
+    out = capsys.readouterr().out
+    assert f"SLURM signals 60 s before the walltime ({profile / 'config.yaml'})" in out
+    assert main(["--configfile", str(REPO / "config" / "olmocr2.yaml"), "--profile", "none"]) == 0
+    assert "SLURM signal: none (no profile)" in capsys.readouterr().out
+    (profile / "config.yaml").write_text("set-resources: [\n")
+    assert main(["--configfile", str(REPO / "config" / "olmocr2.yaml"), "--profile", str(profile)]) == 2
+    assert "cannot read the profile" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_snakemake_stops_a_job_whose_checkpoint_outlasts_the_signal_lead(tmp_path) -> None:
+    """The train rule reads its own slurm_extra resource (a profile's set-resources, here from the
+    command line): a --signal lead shorter than the checkpoint write stops the dry run."""
+    import subprocess
+    import sys
+
+    for name in ("data", "config"):
+        (tmp_path / name).symlink_to(REPO / name)
+    cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "-d", str(tmp_path), "--nolock",
+           "-n", "train_seeds", "--configfile", str(REPO / "config" / "olmocr2.yaml"),
+           "--set-resources", "train_seed:slurm_extra='--signal=TERM@30'"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "cannot write its checkpoint in time" in out, out[-3000:]
+    assert "SLURM signals 30 s before the walltime" in out

@@ -211,3 +211,56 @@ def test_a_server_job_refuses_a_collective_timeout_shorter_than_the_server_start
     assert collective_timeout_problem(cfg["train"], cfg["train"]["grpo"], 1) is None  # one rank waits for nobody
     ok = load_config(overrides={"train": {"grpo": {"use_vllm": True, "vllm_mode": "server"}}})
     assert collective_timeout_problem(ok["train"], ok["train"]["grpo"], 7) is None  # defaults 1800 vs 900
+
+
+@pytest.mark.skipif(_deepspeed_missing(), reason="needs the deepspeed extra")
+def test_a_zero2_checkpoint_written_on_sigterm_is_lighter_and_resumes_bitwise(tmp_path: Path,
+                                                                                tiny_model_dir: Path) -> None:
+    """Under DeepSpeed the checkpoint written on SIGTERM leaves out the Hugging Face weights copy (a
+    resume reads DeepSpeed's module and float32 masters; olmpipe.checkpoint_plan), and a run resumed
+    from it ends with bitwise the weights of the uninterrupted run."""
+    import signal
+
+    import torch
+    from safetensors.torch import load_file
+    from support.gate import StepGate
+
+    pages, tests = make_page_index(tmp_path)
+    job = {"train": {"wandb": {"mode": "disabled"}, "grpo": {
+        "max_steps": 3, "num_generations": 4, "per_device_train_batch_size": 2, "gradient_accumulation_steps": 2,
+        "max_completion_length": 8, "save_steps": 1, "logging_steps": 1, "learning_rate": 0.01,
+        "save_total_limit": None}}, "rewards": {"bench": {"processes": 0}},
+        "resources": {"train": {"cpus_per_task": 1}}}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": "",
+           "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tests")])}
+
+    def command(run: Path, port: int) -> list[str]:
+        return launch_command("lowid_train", [str(tiny_model_dir), str(pages), str(tests), str(run), json.dumps(job)],
+                              gpus=2, strategy="zero2", main_process_port=port, stop_grace_s=300)
+
+    def finish(run: Path, port: int) -> None:
+        proc = subprocess.run(["timeout", "-k", "10", "600", *command(run, port)], cwd=REPO, env=env,
+                              capture_output=True, text=True, check=False)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+
+    port = 25000 + os.getpid() % 9000
+    full, stopped = tmp_path / "full", tmp_path / "stopped"
+    finish(full, port)
+    gate = StepGate(tmp_path / "gate", step=2)
+    with open(tmp_path / "stopped.log", "w") as log:
+        proc = subprocess.Popen(command(stopped, port + 1), cwd=REPO, env={**env, **gate.env(env)}, stdout=log,
+                                stderr=subprocess.STDOUT)
+        gate.wait_reached("stopped", proc)
+        gate.wait_reached("stopped", proc, rank=1)
+        proc.send_signal(signal.SIGTERM)
+        gate.wait_signalled("stopped", proc)
+        gate.release("stopped")
+        assert proc.wait(timeout=400) == 75, (tmp_path / "stopped.log").read_text()[-5000:]
+    checkpoint = stopped / "checkpoint-2"
+    assert (checkpoint / "global_step2").is_dir() and not list(checkpoint.glob("*.safetensors"))
+    assert (full / "checkpoint-2" / "model.safetensors").exists()  # periodic checkpoints keep the copy
+    finish(stopped, port + 2)
+    x, y = load_file(str(full / "model" / "model.safetensors")), load_file(str(stopped / "model" / "model.safetensors"))
+    assert set(x) == set(y) and all(torch.equal(x[k], y[k]) for k in x), "the resumed run ends elsewhere"
+    base = load_file(str(tiny_model_dir / "model.safetensors"))
+    assert any(not torch.equal(base[k], x[k]) for k in base), "training did not move the weights"

@@ -128,6 +128,17 @@ def test_one_bf16_step_at_lr_2e6_moves_nearly_every_trained_tensor(strategy: str
     changed = {k: base[k] != weights[k] for k in weights}
     hidden = sum(int((base[k].bfloat16() == weights[k].bfloat16())[changed[k]].sum()) for k in weights)
     assert hidden >= 0.9 * sum(int(c.sum()) for c in changed.values()), "the test needs sub-bf16 changes"
+    # the checkpoint's weights and optimizer files are what olmpipe plan counts per parameter (the
+    # tiny model's tied embeddings are written twice by DeepSpeed's weights copy: a few % over)
+    from olmpipe.checkpoint_plan import checkpoint_bytes_per_param
+    from olmpipe.plan import load_shape
+
+    files = [p for p in (run / "checkpoint-1").rglob("*") if p.is_file() and (
+        p.suffix == ".safetensors" or p.name == "optimizer.pt" or p.parent.name.startswith("global_step"))]
+    measured = sum(p.stat().st_size for p in files) / load_shape(setup["model"]).parameters()
+    planned = sum(checkpoint_bytes_per_param("ddp" if strategy == "single" else strategy, 4, 2).values())
+    sys.stdout.write(f"checkpoint {strategy}: {measured:.2f} B/param on disk, {planned:g} planned\n")
+    assert planned <= measured <= 1.1 * planned, (measured, planned, sorted(p.name for p in files))
     if strategy in ("zero2", "zero3"):
         # a finished run whose model/ is lost rewrites it from the checkpoint's float32 masters
         again = setup["root"] / f"{strategy}-again"

@@ -160,6 +160,8 @@ class StopOnSignal(TrainerCallback):
             control.should_save = True
             control.should_training_stop = True
             self.stopped_at = state.global_step
+            if self.trainer is not None:
+                self.trainer.stopping = True  # the checkpoint holds what a resume reads (trainer.save_model)
         return control
 
 

@@ -306,9 +306,9 @@ def _train_locked(
                 lambda path: copy_checkpoint_adapter(checkpoint, path) if _rank() == 0 else None,
                 model_path, final_dir, _rank() == 0, _barrier)
         else:
-            load_checkpoint_weights(model, checkpoint)
-            if _rank() == 0:
-                restore_fp32_masters(model, checkpoint)
+            # only rank 0 writes; a DeepSpeed checkpoint written on a stop has no weights copy
+            if _rank() == 0 and not restore_fp32_masters(model, checkpoint):
+                load_checkpoint_weights(model, checkpoint)
             save_weights = lambda path: model.save_pretrained(str(path)) if _rank() == 0 else None
         _write_final(save_weights, processor, final_dir, {**info, **_peft_info(peft_cfg)}, _rank() == 0, _barrier,
                      run_dir / METRICS_JSONL)

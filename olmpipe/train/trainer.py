@@ -132,6 +132,10 @@ class ResumableGRPOTrainer(GRPOTrainer):
     prefix cache). See docs/vllm.md.
     """
 
+    #: Set by :class:`olmpipe.train.callbacks.StopOnSignal` when a stop signal arrived: the checkpoint
+    #: written next holds only what a resume reads (:meth:`save_model`).
+    stopping = False
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         config = kwargs.get("args")
         colocate = bool(config is not None and config.use_vllm and config.vllm_mode == "colocate")
@@ -184,6 +188,23 @@ class ResumableGRPOTrainer(GRPOTrainer):
             return result
 
         generation.sync_weights = sync_and_refresh
+
+    def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
+        """``Trainer.save_model``, except in the checkpoint written on a stop signal under DeepSpeed.
+
+        transformers 5.24 writes every checkpoint by calling ``save_model(output_dir,
+        _internal_call=True)`` first (``Trainer._save_checkpoint``, ``trainer.py:3377``; checked against
+        5.17-5.24), then DeepSpeed's own ``save_checkpoint`` (``trainer.py:3552-3561``), which holds the
+        16-bit module and the float32 master weights a resume loads (``deepspeed_load_checkpoint``).
+        The Hugging Face copy of the weights is for people only; on a stop it is left out, so the
+        checkpoint that must land within the stop grace is ~2 bytes per parameter smaller, all of
+        them written by rank 0 (:mod:`olmpipe.checkpoint_plan`). Every rank skips it together (the
+        stop flag is agreed across ranks), so no collective of the ZeRO-3 gather is left waiting.
+        """
+        if _internal_call and self.stopping and self.is_deepspeed_enabled:
+            logger.info("checkpoint on a stop signal: DeepSpeed state only (no weights copy in %s)", output_dir)
+            return
+        super().save_model(output_dir, _internal_call=_internal_call)
 
     def _get_train_sampler(self, dataset: Any = None) -> EpochSeededRepeatSampler:
         sampler = super()._get_train_sampler(dataset)

@@ -50,9 +50,10 @@ rule train_seed:
         # `python -m olmpipe.train`, accelerate/torchrun with one process per training GPU and the
         # accelerate config of resources.train.strategy, or srun with one launcher per node. The
         # memory plan is checked first (olmpipe/plan.py): a job that cannot fit in
-        # resources.train.gpu_memory_gb stops Snakemake before anything is submitted.
+        # resources.train.gpu_memory_gb, or whose checkpoint cannot be written within the stop grace
+        # or the profile's --signal lead (slurm_extra), stops Snakemake before anything is submitted.
         launch=lambda wildcards, resources: checked_launch_prefix(
-            config, resources.gpu, MODEL_DIR
+            config, resources.gpu, MODEL_DIR, getattr(resources, "slurm_extra", None)
         ),
         # Editing the trainer, rewards or prompt code retrains every seed (not the bench engine:
         # see olmpipe/codeversion.py, RULE_CODE).
