@@ -23,7 +23,8 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file
-from trainkit import LowIdReward, make_page_index
+from trainkit import LowIdReward, make_page_index, moved_elements
+from trainkit import moved_summary as summary
 
 from olmpipe.config import load_config
 from olmpipe.train.run import train_seed
@@ -46,24 +47,6 @@ def _job(dtype: str, **grpo) -> dict:
 
 def _weights(folder: Path) -> dict[str, torch.Tensor]:
     return load_file(str(folder / "model.safetensors"))
-
-
-def moved_elements(base: Path, trained: Path) -> dict[str, tuple[int, int]]:
-    """Per floating tensor of ``trained``: (elements that differ from the base rounded to its dtype, elements)."""
-    b, t = _weights(base), _weights(trained)
-    assert set(b) <= set(t), sorted(set(b) - set(t))
-    return {k: (int((b[k].to(t[k].dtype) != t[k]).sum()), t[k].numel()) for k in b if t[k].is_floating_point()}
-
-
-def summary(moved: dict[str, tuple[int, int]], reference: dict[str, tuple[int, int]]) -> dict[str, float]:
-    """Tensors and elements moved, as shares of those the float32 reference run moved."""
-    trained = [k for k, (n, _) in reference.items() if n]
-    tensors = [k for k in trained if moved[k][0] >= 0.5 * reference[k][0]]
-    elements = sum(min(moved[k][0], reference[k][0]) for k in trained)
-    return {"trained_tensors": len(trained), "moved_tensors": len(tensors),
-            "tensor_share": len(tensors) / len(trained),
-            "element_share": elements / sum(reference[k][0] for k in trained),
-            "all_tensors": len(moved), "any_change_tensors": sum(1 for n, _ in moved.values() if n)}
 
 
 def _single(setup: dict, name: str, dtype: str) -> Path:

@@ -69,3 +69,25 @@ class LowIdReward:
 
     def __call__(self, prompts=None, completions=None, completion_ids=None, **kwargs):
         return [sum(t < self.limit for t in ids) / max(1, len(ids)) for ids in completion_ids]
+
+
+def moved_elements(base: Path, trained: Path) -> dict[str, tuple[int, int]]:
+    """Per floating tensor of the model folder ``trained``: (elements that differ from the model folder
+    ``base`` rounded to its dtype, elements)."""
+    from safetensors.torch import load_file
+
+    b, t = load_file(str(base / "model.safetensors")), load_file(str(trained / "model.safetensors"))
+    assert set(b) <= set(t), sorted(set(b) - set(t))
+    return {k: (int((b[k].to(t[k].dtype) != t[k]).sum()), t[k].numel()) for k in b if t[k].is_floating_point()}
+
+
+def moved_summary(moved: dict[str, tuple[int, int]], reference: dict[str, tuple[int, int]]) -> dict[str, float]:
+    """Tensors and elements moved, as shares of those a float32 reference run moved (a tensor counts
+    when at least half of the elements the reference moved in it moved)."""
+    trained = [k for k, (n, _) in reference.items() if n]
+    tensors = [k for k in trained if moved[k][0] >= 0.5 * reference[k][0]]
+    elements = sum(min(moved[k][0], reference[k][0]) for k in trained)
+    return {"trained_tensors": len(trained), "moved_tensors": len(tensors),
+            "tensor_share": len(tensors) / len(trained),
+            "element_share": elements / sum(reference[k][0] for k in trained),
+            "all_tensors": len(moved), "any_change_tensors": sum(1 for n, _ in moved.values() if n)}
