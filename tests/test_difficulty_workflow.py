@@ -118,3 +118,33 @@ def test_plan_and_reruns_of_the_difficulty_stage(tmp_path):
     plan = snakemake(tmp_path, "-n", "-p", "train")
     assert "difficulty_sample" not in job_counts(plan) and "difficulty_filter" not in job_counts(plan)
     assert "--pages results/validate/pages.jsonl" in plan.stdout
+
+
+def test_embedded_default_trains_on_the_filtered_pages_and_reports_them(tmp_path):
+    """The whole chain on the embedded default (bundled sample, tiny model) with the filter on: the
+    pages whose tests the model never passes are dropped (a pass-rate window; the medoid reward gives
+    every page spread), the training job reads the filtered index, and the report counts the drops."""
+    (tmp_path / "data").symlink_to(REPO / "data")
+    cfg = {
+        "rasterize": {"longest_side": 200},
+        "validate": {"check_math": False},
+        "generation": {"max_new_tokens": 8, "temperatures": [0.1]},
+        "eval_run": {"max_pages": 2, "progress": False},
+        "rewards": {"bench": {"processes": 0}, "weights": {"medoid": 0.1}},
+        "train": {"wandb": {"mode": "disabled"}, "difficulty": {"enabled": True, "samples": 2, "min_pass_rate": 0.01},
+                  "grpo": {"max_steps": 1, "max_completion_length": 8}},
+    }
+    (tmp_path / "config").mkdir()
+    (tmp_path / "config" / "config.yaml").write_text(yaml.safe_dump(cfg))
+    counts = job_counts(snakemake(tmp_path, "train"))
+    assert counts["difficulty_sample"] == counts["difficulty_filter"] == counts["train_seed"] == 1
+    results = tmp_path / "results"
+    summary = json.loads((results / "difficulty" / "filter.json").read_text())
+    dropped = [json.loads(line) for line in (results / "difficulty" / "dropped.jsonl").read_text().splitlines()]
+    assert summary["dropped"] == len(dropped) > 0 and summary["kept"] >= 2
+    assert {d["reason"] for d in dropped} == {"pass_rate_below_min"} and {d["pass_rate"] for d in dropped} == {0.0}
+    trained = json.loads((results / "train" / "seed0" / "dataset.json").read_text())
+    assert trained["pages"] == summary["kept"]  # every kept page, none of the dropped ones
+    html = (results / "report" / "index.html").read_text()
+    assert f"<b>{summary['kept']}</b> / <b>{summary['dropped']}</b> ({summary['dropped']} pass rate below min;" in html
+    assert "<th>JSONL file</th>" in html and "<tr><td>seed0</td><td>1</td>" in html
