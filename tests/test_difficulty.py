@@ -7,6 +7,7 @@ pass probability) with the configured rewards, the filter against hand-made stat
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import random
@@ -430,3 +431,38 @@ def test_constant_reward_pages_are_dropped_and_training_keeps_no_zero_spread_gro
     assert train_seed(cfg, seed=0, model_path=tiny_model_dir, pages=pages, tests_dir=tests, run_dir=everything,
                       reward_funcs=[reward]) == 0
     assert [r["frac_reward_zero_std"] for r in read_metrics(everything / "metrics.jsonl")] == [0.5]
+
+
+@pytest.mark.vllm
+@pytest.mark.slow
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vllm is not installed")
+def test_stage_samples_through_vllm_with_the_trainers_knobs(tmp_path, tiny_model_dir):
+    """``python -m olmpipe.difficulty sample`` with vLLM's engine (the CPU build here): k samples per
+    page in one attempt each, distinct seeds, top_k passed on; a rerun generates nothing."""
+    import os
+    import subprocess
+    import sys
+
+    pages, tests, _ = make_mixed_bench(tmp_path / "bench", {"easy": 1, "hard": 1, "informative": 1})
+    settings = {
+        "generation": {"backend": "vllm", "batch_size": 16,
+                       "vllm": {"dtype": "float32", "max_model_len": 4096, "cpu_kv_cache_gb": 0.5}},
+        "rewards": {"bench": {"processes": 0}},
+        "train": {"grpo": {"max_completion_length": 8, "temperature": 1.0, "top_k": 20},
+                  "difficulty": {"samples": 3}},
+    }
+    out = tmp_path / "difficulty"
+    cmd = [sys.executable, "-m", "olmpipe.difficulty", "sample", "--settings", json.dumps(settings), "--model",
+           str(tiny_model_dir), "--pages", str(pages), "--tests", str(tests), "--out", str(out), "--no-progress"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    for _ in range(2):
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env, check=False)
+        assert proc.returncode == 0, proc.stderr[-4000:]
+    generations = read_generations(out / "generations.jsonl")
+    assert len(generations) == 9 and {g["backend"] for g in generations} == {"vllm"}
+    assert all(len(g["attempts"]) == 1 and g["attempts"][0]["temperature"] == 1.0 for g in generations)
+    assert len({g["attempts"][0]["seed"] for g in generations}) == 9
+    assert all(g["completion_tokens"] >= 1 for g in generations)
+    summary = read_summary(out / "summary.json")
+    assert (summary["generated"], summary["reused"], summary["sampling"]["top_k"]) == (0, 9, 20)
+    assert len(read_stats(out / "stats.jsonl")) == 3
