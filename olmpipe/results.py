@@ -10,7 +10,8 @@ pandas expression rather than a loop over JSON lines::
 
 :func:`load_results` finds every run of a results folder: ``baseline/<model>/`` and
 ``evaluate/<model>/`` (verdicts, generations; columns ``stage`` and ``model`` say which),
-``train/seed<n>/`` (metrics, completions; column ``seed``) and ``evaluate/comparison.json``. Each
+``train/seed<n>/`` (metrics, completions; column ``seed``), ``difficulty/`` (the difficulty
+stage's per-page statistics) and ``evaluate/comparison.json``. Each
 table is read when first used; a stage that has not run gives an empty table. The single-file
 readers (:func:`read_verdicts`, ...) take one run folder or file. A malformed line raises
 ``ValueError`` naming the file and line; every file is read through its owner in :mod:`olmpipe.records`.
@@ -24,7 +25,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from olmpipe.records import completions, generations, metrics, verdicts
+from olmpipe.records import completions, difficulty, generations, metrics, verdicts
 from olmpipe.records.comparison import COMPARISON_JSON_NAME
 from olmpipe.records.comparison import read_comparison as read_comparison_json
 
@@ -72,6 +73,25 @@ def read_comparison(path: str | Path) -> pd.DataFrame:
     per-page tables, guards).
     """
     return pd.DataFrame.from_records(read_comparison_json(path)["rows"])
+
+
+def read_difficulty(folder: str | Path) -> pd.DataFrame:
+    """The difficulty stage's ``stats.jsonl`` (``results/difficulty/``): one row per sampled train page.
+
+    Columns: ``pdf``, ``page``, ``samples``, ``scored``, ``rewards`` (the k totals), ``mean``,
+    ``spread``, ``zero_spread``, ``pass_rate``, ``all_pass``, ``all_fail``, ``by_reward`` and
+    ``tests`` (dicts), ... and ``dropped``: the filter's reason when it left the page out, else missing
+    (also when the filter has not run). Empty when the stage has not run.
+    """
+    folder = Path(folder)
+    if not (folder / difficulty.STATS_NAME).exists():
+        return pd.DataFrame()
+    frame = pd.DataFrame.from_records([page.to_json() for page in difficulty.read_stats(folder / difficulty.STATS_NAME)])
+    reasons = {}
+    if (folder / difficulty.DROPPED_NAME).exists():
+        reasons = {(d["pdf"], d["page"]): d["reason"] for d in difficulty.read_dropped(folder / difficulty.DROPPED_NAME)}
+    frame["dropped"] = [reasons.get(key) for key in zip(frame["pdf"], frame["page"], strict=True)]
+    return frame
 
 
 def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
@@ -122,6 +142,11 @@ class Results:
     def completions(self) -> pd.DataFrame:
         """The logged training completions of every seed, with ``seed``."""
         return _concat([read_completions(folder).assign(seed=seed) for seed, folder in self.train_runs()])
+
+    @cached_property
+    def difficulty(self) -> pd.DataFrame:
+        """The difficulty stage's per-page statistics with the filter's reason (empty before the stage)."""
+        return read_difficulty(self.root / "difficulty")
 
     @cached_property
     def comparison(self) -> pd.DataFrame:

@@ -76,7 +76,7 @@ def test_every_table_of_a_results_folder(workdir):
 def test_stages_that_have_not_run_give_empty_tables(tmp_path):
     (tmp_path / "results" / "validate").mkdir(parents=True)
     results = load_results(tmp_path / "results")
-    for name in ("verdicts", "generations", "metrics", "completions", "comparison"):
+    for name in ("verdicts", "generations", "metrics", "completions", "comparison", "difficulty"):
         assert getattr(results, name).empty, name
     assert read_completions(tmp_path).empty
     with pytest.raises(FileNotFoundError, match="no such results folder"):
@@ -91,3 +91,21 @@ def test_a_bad_line_names_the_file_and_line(tmp_path):
     (tmp_path / "verdicts.jsonl").write_text(good + '\n{"test_id": "b", "passed": true}\n')
     with pytest.raises(ValueError, match=r"verdicts.jsonl:2: verdict lacks key\(s\) type, jsonl, pdf, page, repeat"):
         read_verdicts(tmp_path)
+
+
+def test_difficulty_statistics_with_the_filters_reasons(tmp_path):
+    from olmpipe.records.difficulty import DroppedPage, PageDifficulty, write_dropped, write_stats
+
+    folder = tmp_path / "results" / "difficulty"
+    pages = [PageDifficulty(pdf, 1, 2, 2, [r, r2], (r + r2) / 2, abs(r - r2), r == r2, {}, 0.5, {"t": 0.5},
+                            False, False, ["a.jsonl"], ["present"]) for pdf, r, r2 in (("a.pdf", 1.0, 1.0),
+                                                                                      ("b.pdf", 0.0, 1.0))]
+    write_stats(folder / "stats.jsonl", pages)
+    results = load_results(tmp_path / "results")
+    assert results.difficulty["dropped"].isna().all()  # the filter has not run
+    write_dropped(folder / "dropped.jsonl", [DroppedPage("a.pdf", 1, "zero_spread", 0.0, 1.0, 0.5, False, False,
+                                                         ["a.jsonl"], ["present"])])
+    frame = load_results(tmp_path / "results").difficulty
+    assert frame["dropped"][0] == "zero_spread" and pd.isna(frame["dropped"][1])
+    assert list(frame["zero_spread"]) == [True, False]
+    assert frame.loc[1, "rewards"] == [0.0, 1.0]
