@@ -9,6 +9,7 @@ schema owns every default: code reads ``cfg["section"]["key"]`` and never suppli
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Mapping
 from copy import deepcopy
 from pathlib import Path
@@ -78,6 +79,11 @@ def _describe(error: jsonschema.ValidationError) -> str:
             f"unknown key(s) {', '.join(map(repr, extra))} under {where}; "
             f"allowed keys: {', '.join(allowed)} (see workflow/schemas/config.schema.yaml)"
         )
+    if error.validator in ("anyOf", "oneOf") and error.context:
+        options = " or ".join(dict.fromkeys(sub.message for sub in error.context))
+        reason = error.schema.get("description") or next(
+            (sub.schema.get("description") for sub in error.context if sub.schema.get("description")), "")
+        return f"config key {where}: {error.instance!r} is not valid ({options})" + (f": {reason}" if reason else "")
     return f"config key {where}: {error.message}"
 
 
@@ -92,14 +98,68 @@ def validate_config(config: Mapping[str, Any], schema: Mapping[str, Any] | None 
     errors = sorted(validator.iter_errors(filled), key=lambda e: list(e.absolute_path))
     if errors:
         raise ConfigError("invalid configuration:\n" + "\n".join(f"  - {_describe(e)}" for e in errors))
-    problems = grpo_problems(filled)
+    problems = nonfinite_problems(filled) or grpo_problems(filled)
     if problems:
         raise ConfigError("invalid configuration:\n" + "\n".join(f"  - {p}" for p in problems))
     return filled
 
 
+def nonfinite_problems(value: Any, where: str = "") -> list[str]:
+    """Every ``.inf``/``.nan`` in the config, by key: no setting means anything with them.
+
+    jsonschema's ``number`` accepts them, and then ``learning_rate: .inf`` trains a model of NaN
+    weights and ``temperature: .nan`` fails deep inside TRL. A knob that can be switched off takes
+    ``null`` (or its documented off value), never an infinity.
+    """
+    if isinstance(value, float) and not math.isfinite(value):
+        return [f"config key {where or '<top level>'}: {value} is not a finite number"]
+    if isinstance(value, Mapping):
+        return [p for key, sub in value.items() for p in nonfinite_problems(sub, f"{where}/{key}" if where else str(key))]
+    if isinstance(value, list):
+        return [p for i, sub in enumerate(value) for p in nonfinite_problems(sub, f"{where}/{i}")]
+    return []
+
+
+def train_processes(config: Mapping[str, Any]) -> int | None:
+    """Training processes of a ``train_seed`` job as ``resources.train`` plans it (None: no valid plan).
+
+    The rule's ``gpu`` resource can be overridden on the command line or by a profile; the train
+    rule checks the batch again with the GPUs it really gets (:func:`olmpipe.plan.checked_launch_prefix`).
+    """
+    from olmpipe.launch import LaunchError, plan
+
+    res = config.get("resources", {}).get("train", {})
+    try:
+        return plan(res["gpu"], res["launcher"], res["vllm_server_gpus"], res["strategy"], res["nodes"]).train_processes
+    except (KeyError, TypeError, LaunchError):
+        return None
+
+
+def seed_batch_problems(config: Mapping[str, Any], world_size: int) -> list[str]:
+    """TRL's batch arithmetic (:func:`olmpipe.train.grpo_fields.batch_problems`) for every seed's
+    knobs, each problem once, saying how many training processes it assumed."""
+    from olmpipe.train.grpo_fields import batch_problems
+
+    train = config["train"]
+    found = {"train/grpo": batch_problems(train["grpo"], world_size, "train/grpo")}
+    for i, override in enumerate(train["seed_overrides"]):
+        where = f"train/seed_overrides/{i}/grpo"
+        if override.get("grpo"):
+            found[where] = batch_problems({**train["grpo"], **override["grpo"]}, world_size, where)
+    seen: set[str] = set()
+    problems = []
+    for where, listed in found.items():
+        for problem in listed:
+            what = problem[len(where):]
+            if what not in seen:
+                seen.add(what)
+                problems.append(f"{problem} [{world_size} training process(es) as resources.train plans them]")
+    return problems
+
+
 def grpo_problems(config: Mapping[str, Any]) -> list[str]:
-    """``train.grpo`` and the per-seed overrides checked against TRL's GRPOConfig fields."""
+    """``train.grpo`` and the per-seed overrides checked against TRL's GRPOConfig fields, and the
+    batch arithmetic TRL would reject at train time."""
     from olmpipe.train.grpo_fields import check_knobs
 
     train = config.get("train")
@@ -108,6 +168,9 @@ def grpo_problems(config: Mapping[str, Any]) -> list[str]:
     problems = check_knobs(train.get("grpo", {}), "train/grpo")
     for i, override in enumerate(train.get("seed_overrides", [])):
         problems += check_knobs(override.get("grpo", {}), f"train/seed_overrides/{i}/grpo")
+    processes = train_processes(config)
+    if not problems and processes is not None:
+        problems += seed_batch_problems(config, processes)
     return problems
 
 

@@ -535,6 +535,12 @@ def checked_launch_prefix(cfg: Mapping[str, Any], gpus: int, model: str | Path, 
     from olmpipe.train.packages import config_needs
 
     processes = plan(gpus, res["launcher"], res["vllm_server_gpus"], res["strategy"], res["nodes"]).train_processes
+    from olmpipe.config import seed_batch_problems
+
+    batch = seed_batch_problems(cfg, processes)  # TRL's batch arithmetic with the GPUs this job really gets
+    if batch:
+        raise LaunchError(f"the training batch does not fit {processes} training process(es) "
+                          f"({gpus} GPU(s)):\n" + "\n".join(f"  - {p}" for p in batch))
     _warn_missing_packages(tuple(config_needs(cfg, processes=processes)))
     return launch_prefix(gpus, res["launcher"], res["vllm_server_gpus"], strategy=res["strategy"],
                          nodes=res["nodes"], stop_grace_s=res["stop_grace_s"])

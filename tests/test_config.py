@@ -143,3 +143,54 @@ def test_the_old_baseline_section_is_read_as_eval_run(caplog):
     assert "config section 'baseline' is now called 'eval_run'" in caplog.text
     with pytest.raises(ConfigError, match="eval_run.max_pages"):
         validate_config({"baseline": {"max_pages": 0}})
+
+
+def _number_keys(schema: dict, path: tuple = ()):
+    """Every key path whose schema type admits a number."""
+    for key, sub in schema.get("properties", {}).items():
+        kinds = sub.get("type")
+        kinds = kinds if isinstance(kinds, list) else [kinds]
+        if "number" in kinds:
+            yield (*path, key)
+        yield from _number_keys(sub, (*path, key))
+
+
+def _nested(path: tuple, value) -> dict:
+    out = value
+    for key in reversed(path):
+        out = {key: out}
+    return out
+
+
+def test_non_finite_and_impossible_values_are_refused_by_the_config_check():
+    """Issue 20 item 8: `learning_rate: .inf` trained a model of NaN weights, `temperature: .nan`
+    failed inside TRL, `num_generations: 3` failed at train time. Every float key refuses .inf and
+    .nan (schema keys and GRPOConfig fields passed through train.grpo), and TRL's batch arithmetic
+    is checked with the config (tests/test_train.py holds it equal to TRL's)."""
+    keys = list(_number_keys(load_schema()))
+    assert ("train", "grpo", "learning_rate") in keys and ("rewards", "bench", "memory_mb") in keys
+    keys += [("train", "grpo", "max_grad_norm"), ("train", "grpo", "epsilon_high")]  # GRPOConfig fields
+    for path in keys:
+        for bad in (float("inf"), float("-inf"), float("nan")):
+            # the schema's bounds catch some (`inf is greater than the maximum of 1`), the rest is caught here
+            with pytest.raises(ConfigError, match=f"config key {'/'.join(path)}: {bad} is (not a finite number|.*imum)"):
+                validate_config(_nested(path, bad))
+    with pytest.raises(ConfigError, match=r"train/grpo.num_generations \(3\): each generation batch"):
+        validate_config({"train": {"grpo": {"num_generations": 3}}})
+    # olmOCR 2's recipe: 8 GPUs, one for the vLLM server -> 7 training processes x 1 x 28 completions
+    olmocr = load_config("config/olmocr2.yaml")
+    assert olmocr["train"]["grpo"]["num_generations"] == 28
+    with pytest.raises(ConfigError, match=r"per_device_train_batch_size x training processes x "
+                                          r"gradient_accumulation_steps = 1 x 7 x 27 = 189 completions"):
+        load_config("config/olmocr2.yaml", {"train": {"grpo": {"gradient_accumulation_steps": 27}}})
+
+
+def test_scorer_memory_below_a_working_minimum_is_refused_with_the_reason():
+    """Issue 20 item 7: `rewards.bench.memory_mb: 10` made every scoring worker fail and trained on
+    zero reward. 0 (no limit) and >= 128 pass; below, the message gives the measured reason."""
+    assert validate_config({"rewards": {"bench": {"memory_mb": 0}}})["rewards"]["bench"]["memory_mb"] == 0
+    assert validate_config({"rewards": {"bench": {"memory_mb": 128}}})["rewards"]["bench"]["memory_mb"] == 128
+    for bad in (10, 127.5):
+        with pytest.raises(ConfigError, match=r"config key rewards/bench/memory_mb: .* is not valid \(0 was expected "
+                                              r"or .* is less than the minimum of 128\): .*idle worker already maps 45 MB"):
+            validate_config({"rewards": {"bench": {"memory_mb": bad}}})

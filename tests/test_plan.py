@@ -30,7 +30,9 @@ P7 = 8_292_166_656
 #: activation checkpointing, beta 0.01, 1288 px pages) on 80 GiB GPUs.
 RECIPE = {
     "rasterize": {"longest_side": 1288},
+    # 28 x 1 x 28 completions hold whole groups of 28 on 1, 7 and 8 training processes (the config check)
     "train": {"grpo": {"max_completion_length": 3000, "per_device_train_batch_size": 1, "beta": 0.01,
+                       "gradient_accumulation_steps": 28, "num_generations": 28,
                        "activation_checkpointing": True, "use_vllm": True}},
     "resources": {"train": {"gpu_memory_gb": 80}},
 }

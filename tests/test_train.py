@@ -134,9 +134,52 @@ def test_every_grpo_config_field_is_reachable_and_checked(tmp_path):
 
 
 def test_generation_batch_must_hold_whole_groups(tmp_path):
-    cfg = load_config(overrides={"train": {"grpo": {"num_generations": 3}}})
+    """TRL refuses a generation batch that is no multiple of num_generations; the config check now
+    says so before any job starts (issue 20 item 8), naming the keys and the arithmetic."""
+    with pytest.raises(ConfigError, match=r"train/grpo.num_generations \(3\): each generation batch must hold "
+                                          r"whole groups, but .* = 4 x 1 x 2 = 8 completions"):
+        load_config(overrides={"train": {"grpo": {"num_generations": 3}}})
+    cfg = load_config()
+    cfg["train"]["grpo"]["num_generations"] = 3  # past the check: TRL still refuses it
     with pytest.raises(ValueError, match="divisible by num_generations"):
         grpo_config(cfg["train"], output_dir=str(tmp_path), seed=0, reward_weights=[1.0], device="cpu")
+
+
+def test_batch_checks_are_trls(tmp_path):
+    """olmpipe.train.grpo_fields.batch_problems rejects exactly what TRL 1.16's GRPOConfig rejects,
+    for a grid of batch settings and world sizes (the real class, its world size set per case), and
+    its defaults are the installed GRPOConfig's."""
+    import dataclasses
+    import itertools
+
+    from trl import GRPOConfig
+
+    from olmpipe.train.grpo_fields import BATCH_DEFAULTS, batch_problems
+
+    defaults = {f.name: f.default for f in dataclasses.fields(GRPOConfig)}
+    assert {k: defaults[k] for k in BATCH_DEFAULTS} == BATCH_DEFAULTS
+    checked = 0
+    for world, per_device, accumulation, generations, extra in itertools.product(
+            (1, 2, 3), (1, 2, 4), (1, 3), (2, 3, 4, 6), (
+                {}, {"steps_per_generation": 3}, {"generation_batch_size": 12},
+                {"generation_batch_size": 12, "steps_per_generation": 2},
+                {"eval_strategy": "steps", "per_device_eval_batch_size": 2, "eval_steps": 5},
+                {"eval_strategy": "steps", "num_generations_eval": 2, "per_device_eval_batch_size": 3, "eval_steps": 5},
+                {"vllm_importance_sampling_clip_min": 2.0, "vllm_importance_sampling_clip_max": 2.0},
+                {"vllm_importance_sampling_mode": "token_truncate", "vllm_importance_sampling_clip_max": None},
+                {"auto_find_batch_size": True}, {"num_generations": 1})):
+        knobs = {"per_device_train_batch_size": per_device, "gradient_accumulation_steps": accumulation,
+                 "num_generations": generations, **extra}
+        sized = type("SizedGRPOConfig", (GRPOConfig,), {"world_size": property(lambda self, n=world: n)})
+        try:
+            sized(output_dir=str(tmp_path), use_cpu=True, report_to=[], **knobs)
+            trl_ok = True
+        except ValueError:
+            trl_ok = False
+        ours = batch_problems(knobs, world, "train/grpo")
+        assert trl_ok == (not ours), (world, knobs, ours)
+        checked += 1
+    assert checked == 720
 
 
 #: The olmOCR 2 run as it ran (allenai/olmocr v0.4.27; "README" olmocr/train/README.md, "grpo_train"

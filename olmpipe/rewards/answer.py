@@ -55,7 +55,8 @@ class EosReward:
     Completions without token ids score None (not applicable). So do completions whose ids are
     not integers (a string, a float token, a bare number): TRL leaves a None out of the weighted
     reward sum, so a malformed row neither rewards nor punishes the model. Each call logs them
-    with a warning and counts them in the ``eos/errors`` metric (through TRL's ``log_metric``).
+    with a warning, counts them in the ``eos/errors`` metric (through TRL's ``log_metric``) and
+    reports each through ``log_error(index, reason)`` when given (see :mod:`olmpipe.train.health`).
     """
 
     def __init__(self, eos_token_ids: Iterable[int]):
@@ -77,6 +78,7 @@ class EosReward:
         completions=None,
         completion_ids=None,
         log_metric: Callable[[str, float], None] | None = None,
+        log_error: Callable[[int, str], None] | None = None,
         **kwargs,
     ) -> list[float | None]:
         n = len(completions) if completions is not None else 0
@@ -86,6 +88,9 @@ class EosReward:
         except TypeError:
             errors.append(f"completion_ids is a {type(completion_ids).__name__}, not a list per completion")
             ids = []
+            if log_error is not None:
+                for i in range(n):
+                    log_error(i, errors[0])
         n = max(n, len(ids))
         ids = column({"completion_ids": ids or None}, "completion_ids", n)
         out: list[float | None] = []
@@ -97,6 +102,8 @@ class EosReward:
                 last = _last_token(seq)
             except TypeError as exc:
                 errors.append(f"completion {i}: {exc}")
+                if log_error is not None:
+                    log_error(i, str(exc))
                 out.append(None)
                 continue
             out.append(1.0 if last is not None and last in self.eos_token_ids else 0.0)

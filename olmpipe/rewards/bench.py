@@ -7,7 +7,10 @@ picklable callable that keeps a persistent pool of scoring processes
 (:class:`olmpipe.bench.BenchScorer`): tests run in worker processes with a time bound per
 completion, so a pathological completion (1 MB of text, a 10,000-fold repetition) cannot stall a
 GRPO step. A test that times out or errors counts as failed (it lowers the reward to 0 for that
-test) and is counted in the ``bench/timeouts`` and ``bench/errors`` metrics.
+test) and is counted in the ``bench/timeouts`` and ``bench/errors`` metrics; each completion that
+could not be scored (a test error, the worker's memory limit, tests not found, no text) is also
+reported through the ``log_error(index, reason)`` keyword when the caller passes one (olmpipe's
+trainer does: :mod:`olmpipe.train.health` stops a run whose every completion fails).
 
 Dataset columns read (TRL passes every dataset column as a keyword argument):
 
@@ -154,6 +157,7 @@ class BenchReward:
         jsonl_file=None,
         log_metric=None,
         log_extra=None,
+        log_error=None,
         **kwargs: Any,
     ) -> list[float | None]:
         completions = list(completions or [])
@@ -163,13 +167,19 @@ class BenchReward:
         rewards: list[float | None] = [None] * n
         details: list[str | None] = [None] * n
         stats = BenchStats()
-        jobs, rows = self._jobs(completions, ids_col, files_col, rewards, details, stats)
+        failed: dict[int, str] = {}
+        jobs, rows = self._jobs(completions, ids_col, files_col, rewards, details, stats, failed)
         results = self._pool.score(jobs) if jobs else []
         for i, (_, tests), result in zip(rows, jobs, results, strict=True):
             rewards[i] = float(result.micro if self.average == "micro" else result.macro)
             stats.add(tests, result)
+            if result.errors:
+                failed[i] = self._error_reason(result.errors[0])
             if self.log_details:
                 details[i] = verdicts_json(tests, result)
+        if log_error is not None:
+            for i, reason in sorted(failed.items()):
+                log_error(i, reason)
         if stats.lookup_errors > 1:
             logger.warning("bench reward: %d of %d rows score None because their tests cannot be found",
                            stats.lookup_errors, n)
@@ -182,13 +192,23 @@ class BenchReward:
             log_extra("page_id", [f"{p}#{g}" if p is not None else None for p, g in zip(pdfs, pages, strict=True)])
         return rewards
 
+    def _error_reason(self, error: str) -> str:
+        """A scoring error as reported through ``log_error`` (``"<test id>: <reason>"``), with the
+        setting behind a memory error."""
+        from olmpipe.bench.worker import MEMORY_REASON
+
+        if error.endswith(f": {MEMORY_REASON}"):
+            return (f"{error} (the scoring worker crossed its memory limit, rewards.bench.memory_mb = "
+                    f"{self.memory_mb:g} MB)")
+        return error
+
     def _jobs(self, completions: list[Any], ids_col: list[Any], files_col: list[Any],
               rewards: list[float | None], details: list[str | None],
-              stats: BenchStats) -> tuple[list[tuple[str, list[Any]]], list[int]]:
+              stats: BenchStats, failed: dict[int, str]) -> tuple[list[tuple[str, list[Any]]], list[int]]:
         """The ``(text, tests)`` scoring job of each row that has tests and text, and its row index.
 
         Rows whose tests cannot be found keep reward None and rows without text get 0 (both
-        counted in ``stats``, their reason in ``details``); rows without tests keep None.
+        counted in ``stats``, their reason in ``details`` and ``failed``); rows without tests keep None.
         """
         jobs: list[tuple[str, list[Any]]] = []
         rows: list[int] = []
@@ -199,6 +219,7 @@ class BenchReward:
                 if not stats.lookup_errors:
                     logger.warning("bench reward: row %d scores None: %s", i, exc)
                 stats.lookup_errors += 1
+                failed[i] = str(exc)
                 if self.log_details:
                     details[i] = error_json(str(exc))
                 continue
@@ -208,7 +229,8 @@ class BenchReward:
             if text is None:  # nothing to score: every test fails, counted as an error
                 stats.no_text += 1
                 rewards[i] = 0.0
-                details[i] = error_json(f"completion is {type(completion).__name__}, not text")
+                failed[i] = f"completion is {type(completion).__name__}, not text"
+                details[i] = error_json(failed[i])
                 continue
             jobs.append((scored_text(text, self.score_text), tests))
             rows.append(i)

@@ -7,8 +7,10 @@
 Snakemake's ``train_seed`` rule runs this command (behind ``train.launcher``, e.g. ``accelerate
 launch`` on several GPUs) with the job's config sections as ``--config-json``. Exit codes: 0
 finished, 75 stopped by SIGTERM after a checkpoint (resume by running it again), 2 bad arguments
-or config, or a package the job needs missing here (:mod:`olmpipe.train.packages`), 1 any other
-error (a full disk says so, and names the checkpoint a rerun continues from).
+or config, or a package the job needs missing here (:mod:`olmpipe.train.packages`), 3 a reward
+failed on every completion for ``train.reward_error_steps`` steps, 4 a non-finite loss, gradient or
+weight (both: no final model, :mod:`olmpipe.train.health`), 1 any other error (a full disk says so,
+and names the checkpoint a rerun continues from).
 """
 
 from __future__ import annotations
@@ -60,6 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     except MissingPackageError as exc:
         sys.stderr.write(f"olmpipe train: {exc}\n")
         return 2
+    from olmpipe.train.health import TrainingStopped
     from olmpipe.train.peft import PeftSetupError
     from olmpipe.train.resume import ResumeMismatchError
     from olmpipe.train.run import train_seed
@@ -72,6 +75,9 @@ def main(argv: list[str] | None = None) -> int:
     except (RunLockedError, ResumeMismatchError, VLLMServerError, PeftSetupError) as exc:
         sys.stderr.write(f"olmpipe train: {exc}\n")
         return 2
+    except TrainingStopped as exc:
+        sys.stderr.write(f"olmpipe train: {exc}\n")
+        return exc.exit_code
     except Exception as exc:
         if not disk_full(exc, args.run_dir):
             raise

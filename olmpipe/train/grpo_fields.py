@@ -111,6 +111,83 @@ def check_knobs(knobs: Mapping[str, Any], where: str, fields: Mapping[str, list[
     return problems
 
 
+#: GRPOConfig's defaults (TRL 1.16) of the fields :func:`batch_problems` reads; a test holds them
+#: equal to the installed TRL's.
+BATCH_DEFAULTS: dict[str, Any] = {
+    "per_device_train_batch_size": 8, "gradient_accumulation_steps": 1, "num_generations": 8,
+    "generation_batch_size": None, "steps_per_generation": None, "per_device_eval_batch_size": 8,
+    "num_generations_eval": None, "eval_strategy": "no", "auto_find_batch_size": False,
+    "vllm_importance_sampling_correction": True, "vllm_importance_sampling_mode": "sequence_mask",
+    "vllm_importance_sampling_clip_min": None, "vllm_importance_sampling_clip_max": 3.0,
+    "vllm_importance_sampling_cap": None,
+}
+
+
+def batch_problems(knobs: Mapping[str, Any], world_size: int, where: str) -> list[str]:
+    """What TRL 1.16's ``GRPOConfig.__post_init__`` would reject in ``knobs`` run by ``world_size``
+    training processes, checked before any job starts (TRL raises only inside the trainer).
+
+    The same checks, in the same order, on the same arithmetic (``trl/trainer/grpo_config.py``
+    lines 1089-1172 at TRL 1.16.0): ``auto_find_batch_size`` (1089); ``generation_batch_size``
+    a multiple of ``per_device_train_batch_size x world_size`` and not set together with
+    ``steps_per_generation`` (1096-1116); the eval batch a multiple of the eval generations when
+    evaluating (1118-1127; transformers sets ``do_eval`` from ``eval_strategy``); the generation batch
+    a multiple of ``num_generations`` (1131-1135); ``num_generations >= 2`` (1137-1141); the
+    importance-sampling clip bounds (1143-1172). A test builds the real ``GRPOConfig`` for a grid of
+    values and world sizes and holds the two equal.
+    """
+    k = {**BATCH_DEFAULTS, **{name: value for name, value in knobs.items() if name in BATCH_DEFAULTS}}
+    counts = ("per_device_train_batch_size", "gradient_accumulation_steps", "num_generations")
+    if any(isinstance(k[name], bool) or not isinstance(k[name], int) for name in counts):
+        return []  # wrong types are check_knobs' report
+    problems = [f"{where}.{name}: {k[name]} is not a count (>= 1)" for name in counts if k[name] < 1]
+    if problems:
+        return problems
+    if k["auto_find_batch_size"]:
+        problems.append(f"{where}.auto_find_batch_size: GRPO cannot shrink its batch on out-of-memory (each "
+                        "generation batch must hold whole groups of num_generations); lower "
+                        "per_device_train_batch_size instead")
+    per_step = k["per_device_train_batch_size"] * world_size
+    generation_batch, steps = k["generation_batch_size"], k["steps_per_generation"]
+    if generation_batch is not None and steps is not None:
+        problems.append(f"{where}: generation_batch_size and steps_per_generation cannot both be set")
+        return problems
+    if generation_batch is None:
+        generation_batch = per_step * (k["gradient_accumulation_steps"] if steps is None else steps)
+    elif generation_batch % per_step:
+        problems.append(f"{where}.generation_batch_size ({generation_batch}) must be a multiple of "
+                        f"per_device_train_batch_size x training processes ({k['per_device_train_batch_size']} "
+                        f"x {world_size} = {per_step})")
+    if k["eval_strategy"] != "no":
+        eval_generations = k["num_generations_eval"] or k["num_generations"]
+        if (k["per_device_eval_batch_size"] * world_size) % eval_generations:
+            problems.append(f"{where}: the eval batch, per_device_eval_batch_size x training processes "
+                            f"({k['per_device_eval_batch_size']} x {world_size}), must be a multiple of the eval "
+                            f"generations (num_generations_eval or num_generations: {eval_generations})")
+    if generation_batch % k["num_generations"]:
+        how = (f"generation_batch_size {generation_batch}" if k["generation_batch_size"] is not None else
+               f"per_device_train_batch_size x training processes x "
+               f"{'steps_per_generation' if steps is not None else 'gradient_accumulation_steps'} = "
+               f"{k['per_device_train_batch_size']} x {world_size} x "
+               f"{steps if steps is not None else k['gradient_accumulation_steps']} = {generation_batch}")
+        problems.append(f"{where}.num_generations ({k['num_generations']}): each generation batch must hold whole "
+                        f"groups, but {how} completions is not a multiple of it")
+    if k["num_generations"] < 2:
+        problems.append(f"{where}.num_generations ({k['num_generations']}): GRPO needs at least 2 completions "
+                        "per page to compute advantages")
+    clip_max = k["vllm_importance_sampling_cap"] if k["vllm_importance_sampling_cap"] is not None \
+        else k["vllm_importance_sampling_clip_max"]
+    clip_min = k["vllm_importance_sampling_clip_min"]
+    if clip_min is not None and clip_max is not None and clip_min >= clip_max:
+        problems.append(f"{where}.vllm_importance_sampling_clip_min ({clip_min}) must be less than "
+                        f"vllm_importance_sampling_clip_max ({clip_max})")
+    if (k["vllm_importance_sampling_correction"] and clip_min is None and clip_max is None
+            and k["vllm_importance_sampling_mode"] in ("token_truncate", "sequence_truncate")):
+        problems.append(f"{where}: vllm_importance_sampling_mode {k['vllm_importance_sampling_mode']} needs "
+                        "vllm_importance_sampling_clip_min or vllm_importance_sampling_clip_max")
+    return problems
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Write or check the GRPOConfig field table.")
     parser.add_argument("--write", action="store_true", help=f"rewrite {FIELDS_FILE.name} from the installed TRL")

@@ -37,7 +37,7 @@ logger = logging.getLogger(__name__)
 
 #: Keys of ``train`` that do not change what is learned (logging, resume policy, where it runs).
 NOT_TRAJECTORY_TRAIN = ("resume", "wandb", "completions_every", "seeds", "seed_overrides", "device", "dtype",
-                        "pure_bf16", "exit_with_job", "vllm_server", "eval_max_pages")
+                        "pure_bf16", "exit_with_job", "vllm_server", "eval_max_pages", "reward_error_steps")
 #: GRPOConfig knobs that change how a run is operated, not what it learns.
 NOT_TRAJECTORY_GRPO = (
     "save_steps", "save_total_limit", "save_strategy", "save_only_model", "logging_steps", "logging_first_step",

@@ -15,7 +15,9 @@ Layout of a run folder (``results/train/seed{seed}/``)::
     train_summary.json      TRL's end-of-training summary
 
 Exit codes of :func:`train_seed`: 0 finished (final model written), :data:`EXIT_PREEMPTED` (75)
-stopped by SIGTERM after writing a checkpoint (run again with ``resume: auto`` to continue).
+stopped by SIGTERM after writing a checkpoint (run again with ``resume: auto`` to continue). A run
+that cannot learn raises :class:`olmpipe.train.health.TrainingStopped` (a reward failing on every
+completion, a non-finite loss or weight; ``python -m olmpipe.train`` exits with its code, 3 or 4).
 """
 
 from __future__ import annotations
@@ -214,6 +216,7 @@ def _train_locked(
     from olmpipe.rewards import build_rewards
     from olmpipe.train.args import grpo_config, grpo_knobs, resolve_device
     from olmpipe.train.data import build_examples, check_generation_batch, to_dataset
+    from olmpipe.train.health import RewardErrors, StopOnNonFinite, StopOnRewardErrors
     from olmpipe.train.peft import check_model, check_setup, lora_config, quantization_config
     from olmpipe.train.precision import resolve_precision, restore_fp32_masters, save_final_weights
     from olmpipe.train.resume import run_settings, settings_fingerprint
@@ -321,6 +324,9 @@ def _train_locked(
         rewards = build_rewards(rcfg, tokenizer=processor, extra_eos_ids=extra_eos)
         reward_funcs, reward_weights = rewards.funcs, rewards.weights
     weights = list(reward_weights) if reward_weights is not None else [1.0] * len(reward_funcs)
+    # every reward reports the completions it could not score (olmpipe.train.health)
+    reward_errors = RewardErrors()
+    weighted = [getattr(f, "__name__", type(f).__name__) for f, w in zip(reward_funcs, weights, strict=True) if w]
 
     wandb_on = tcfg["wandb"]["mode"] != "disabled"
     run_id = _wandb_run_id(run_dir, checkpoint) if wandb_on and _rank() == 0 else None
@@ -340,13 +346,19 @@ def _train_locked(
                            report_to=["wandb"] if wandb_on else [], overrides=overrides)
         check_generation_batch(len(dataset), args.generation_batch_size, args.num_generations)
         wandb_run = _init_wandb(cfg, run_dir, run_id, seed) if run_id is not None else None
-        trainer = ResumableGRPOTrainer(model=model, reward_funcs=reward_funcs, args=args, train_dataset=dataset,
-                                       eval_dataset=eval_dataset, processing_class=processor, peft_config=peft_config)
+        trainer = ResumableGRPOTrainer(model=model, reward_funcs=reward_errors.wrap(reward_funcs), args=args,
+                                       train_dataset=dataset, eval_dataset=eval_dataset, processing_class=processor,
+                                       peft_config=peft_config)
         stopper = StopOnSignal(flag, trainer)
-        for callback in (MetricsFiles(run_dir), CompletionsTable(trainer, run_dir, tcfg["completions_every"]),
-                         RunState(seed, run_id, fingerprint, settings, knobs.get("save_total_limit")), stopper):
+        failing = StopOnRewardErrors(reward_errors, weighted, tcfg["reward_error_steps"], trainer)
+        for callback in (StopOnNonFinite(trainer), MetricsFiles(run_dir),
+                         CompletionsTable(trainer, run_dir, tcfg["completions_every"]),
+                         RunState(seed, run_id, fingerprint, settings, knobs.get("save_total_limit")), stopper,
+                         failing):
             trainer.add_callback(callback)
         trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint is not None else None)
+        if failing.stop is not None:
+            raise failing.stop
         if stopper.stopped_at is not None:
             logger.warning("stopped by signal after step %d; checkpoint written, exiting with %d",
                            stopper.stopped_at, EXIT_PREEMPTED)

@@ -143,6 +143,7 @@ class ResumableGRPOTrainer(GRPOTrainer):
             from olmpipe.generate.vllm_backend import keep_cpu_linear_weights
 
             keep_cpu_linear_weights()
+        self._step_losses: list[Any] = []  # this optimizer step's micro-batch losses (take_nonfinite_loss)
         super().__init__(*args, **kwargs)
         from accelerate.utils import is_peft_model
 
@@ -205,6 +206,27 @@ class ResumableGRPOTrainer(GRPOTrainer):
             logger.info("checkpoint on a stop signal: DeepSpeed state only (no weights copy in %s)", output_dir)
             return
         super().save_model(output_dir, _internal_call=_internal_call)
+
+    def training_step(self, model: Any, inputs: Any, num_items_in_batch: Any = None) -> Any:
+        """TRL's step (forward, loss, backward); the loss is kept for :meth:`take_nonfinite_loss`
+        (transformers' ``logging_nan_inf_filter`` would only hide a NaN loss from the logs)."""
+        loss = super().training_step(model, inputs, num_items_in_batch)
+        self._step_losses.append(loss.detach().reshape(()))
+        return loss
+
+    def take_nonfinite_loss(self) -> float | None:
+        """The first non-finite loss among the micro-batches since the last call (None: all finite).
+
+        Read by :class:`olmpipe.train.health.StopOnNonFinite` once per optimizer step (one sync).
+        """
+        import torch
+
+        losses, self._step_losses = self._step_losses, []
+        if not losses:
+            return None
+        stacked = torch.stack(losses)
+        bad = ~torch.isfinite(stacked)
+        return float(stacked[bad][0]) if bool(bad.any()) else None
 
     def _get_train_sampler(self, dataset: Any = None) -> EpochSeededRepeatSampler:
         sampler = super()._get_train_sampler(dataset)
