@@ -153,6 +153,11 @@ class ModelShape:
         tokens = long_units * short_units
         return tokens, tokens * self.spatial_merge_size**2
 
+    def max_image_tokens(self, longest_side: int) -> int:
+        """LM tokens of the largest page rendered at ``longest_side`` pixels: a square one."""
+        units = max(1, round(longest_side / (self.patch_size * self.spatial_merge_size)))
+        return units * units
+
 
 def shape_from_config(config: Mapping[str, Any], source: str) -> ModelShape:
     """A :class:`ModelShape` from ``config.json`` fields (flat or with ``text_config``)."""
@@ -395,6 +400,14 @@ def memory_plan(cfg: Mapping[str, Any], shape: ModelShape, gpus: int | None = No
         unset = "" if grpo["vllm_max_model_length"] else " (unset: the model's context)"
         len_fix = "set train.grpo.vllm_max_model_length (prompt + completion tokens, e.g. " \
                   f"{seq + 64})" if not grpo["vllm_max_model_length"] else "lower train.grpo.vllm_max_model_length"
+        longest = shape.max_image_tokens(cfg["rasterize"]["longest_side"]) + PROMPT_TEXT_TOKENS + completion
+        if grpo["vllm_max_model_length"] and grpo["vllm_max_model_length"] < longest:
+            problems.append(
+                f"train.grpo.vllm_max_model_length ({grpo['vllm_max_model_length']}) is shorter than the longest "
+                f"prompt and completion: a square page at rasterize.longest_side "
+                f"({shape.max_image_tokens(cfg['rasterize']['longest_side'])} image tokens) + ~{PROMPT_TEXT_TOKENS} "
+                f"text + max_completion_length ({completion}) = {longest}; vLLM refuses such a request: raise "
+                f"vllm_max_model_length to at least {longest}")
         tp = grpo["vllm_tensor_parallel_size"]
         utilization = grpo["vllm_gpu_memory_utilization"]
         share = utilization * gpu_gib

@@ -14,6 +14,7 @@ from olmpipe.plan import (
     PlanError,
     check_fits,
     checked_launch_prefix,
+    load_configs,
     load_shape,
     main,
     memory_plan,
@@ -327,3 +328,52 @@ def test_snakemake_stops_a_job_whose_checkpoint_outlasts_the_signal_lead(tmp_pat
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0 and "cannot write its checkpoint in time" in out, out[-3000:]
     assert "SLURM signals 30 s before the walltime" in out
+
+
+#: Qwen2.5-VL-7B-Instruct's preprocessor_config.json (olmOCR's checkpoints keep it): pixel budget,
+#: patch and merge sizes. The image-token count below is the transformers processor's own.
+QWEN25_VL_PREPROCESSOR = {"size": {"shortest_edge": 3136, "longest_edge": 12845056}, "patch_size": 14,
+                          "merge_size": 2, "temporal_patch_size": 2}
+#: What Qwen2.5-VL's chat template adds when a conversation has no system turn.
+QWEN25_VL_DEFAULT_SYSTEM = "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n"
+
+
+def test_recipe_context_holds_the_longest_prompt() -> None:
+    """vllm_max_model_length 8192 against the longest prompt of the recipe: a page rendered at 1288 px
+    on its longest side is largest when square; the Qwen2.5-VL image processor (transformers, with
+    the 7B's settings) makes 2116 image tokens of it; the text is bounded by its UTF-8 bytes (a
+    byte-level BPE token covers at least one byte), default system turn included; + 3000 completion
+    tokens. The plan's arithmetic gives the same image tokens."""
+    import jinja2
+    from PIL import Image
+    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
+
+    from olmpipe.modelload import CHAT_TEMPLATE
+    from olmpipe.prompts import build_messages
+
+    cfg = load_configs([REPO / "config" / "olmocr2.yaml"])
+    side, grpo = cfg["rasterize"]["longest_side"], cfg["train"]["grpo"]
+    processor = Qwen2VLImageProcessorPil(**QWEN25_VL_PREPROCESSOR)
+
+    def image_tokens(width: int, height: int) -> int:
+        t, h, w = processor(images=[Image.new("RGB", (width, height), "white")], return_tensors="pt")[
+            "image_grid_thw"][0].tolist()
+        return t * h * w // QWEN25_VL_PREPROCESSOR["merge_size"] ** 2
+
+    shape = seven_b()
+    square = image_tokens(side, side)
+    assert square == shape.max_image_tokens(side) == 2116
+    assert image_tokens(round(side * 8.5 / 11), side) == shape.image_tokens(side)[0]
+    assert max(image_tokens(w, side) for w in range(300, side + 1, 197)) == square  # no page shape beats square
+    text = jinja2.Template(CHAT_TEMPLATE).render(messages=build_messages(), add_generation_prompt=True)
+    text_bound = len((QWEN25_VL_DEFAULT_SYSTEM + text).encode("utf-8"))
+    longest = square + text_bound + grpo["max_completion_length"]
+    assert longest <= grpo["vllm_max_model_length"], (square, text_bound, grpo["max_completion_length"])
+    assert grpo["vllm_max_model_length"] - longest > 1000  # room left (measured: 2116 + 708 + 3000 = 5824)
+
+
+def test_a_vllm_context_shorter_than_the_longest_prompt_is_refused() -> None:
+    cfg = config(ZERO2_SERVER, {"train": {"grpo": {"vllm_max_model_length": 4096}}})
+    plan = memory_plan(cfg, seven_b())
+    assert any("vllm_max_model_length (4096) is shorter than the longest prompt" in m and "at least 5276" in m
+               for m in plan.problems), plan.problems

@@ -210,6 +210,8 @@ RECIPE = {
     "train.grpo.vllm_importance_sampling_mode": ("token_truncate", "TRL v0.23.0 grpo_trainer.py:1389-1393"),
     "train.grpo.vllm_importance_sampling_clip_max": (2.0, "TRL v0.23.0 grpo_config.py:229 cap=2.0"),
     "train.grpo.use_bias_correction_kl": (False, "TRL v0.23.0 grpo_trainer.py:1653 plain k3 KL"),
+    "train.grpo.disable_dropout": (False, "grpo_train:997-1032 leaves it; TRL v0.23.0 grpo_config.py:282 default"),
+    "train.vllm_server.logprobs_mode": ("raw_logprobs", "launcher:335; TRL v0.23.0 vllm_serve.py:319-333 (raw)"),
     "rewards.weights.bench": (1.0, "README:147 --reward_bench 1.0"),
     "rewards.weights.front_matter": (1.0, "README:147 --reward_front_matter 1.0"),
     "rewards.weights.eos": (1.0, "README:147 --reward_eos 1.0"),
@@ -385,3 +387,28 @@ def test_too_few_pages_for_one_generation_batch_is_an_error():
     check_generation_batch(2, 8, 4)
     with pytest.raises(ValueError, match=r"has 1 page\(s\) but one generation batch takes 2"):
         check_generation_batch(1, 8, 4)
+
+
+def test_disable_dropout_changes_nothing_for_qwen25_vl(tiny_model_dir):
+    """The recipe sets disable_dropout: false as the reference ran, olmpipe's default is true: for
+    Qwen2.5-VL (the 7B's shapes, built on the meta device, and the tiny model) the choice is moot,
+    since TRL only zeroes nn.Dropout modules (trl/trainer/utils.py:194-197) and there are none, and
+    attention dropout is 0 in the config (transformers modeling_qwen2_5_vl.py: 0.0 in the vision
+    tower, config.attention_dropout in the text model)."""
+    import torch
+    from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
+
+    from olmpipe.modelload import load_model_and_processor
+    from olmpipe.plan import KNOWN_MODELS
+
+    fields = dict(KNOWN_MODELS["allenai/olmOCR-7B-0825"])
+    text = {k: v for k, v in fields.items() if k not in ("vision_config", "model_type")}
+    config = Qwen2_5_VLConfig(vision_config=dict(fields["vision_config"]), text_config=text,
+                              tie_word_embeddings=fields["tie_word_embeddings"])
+    with torch.device("meta"):
+        seven_b = Qwen2_5_VLForConditionalGeneration(config)
+    tiny, _ = load_model_and_processor(tiny_model_dir)
+    for model in (seven_b, tiny):
+        assert not [n for n, m in model.named_modules() if isinstance(m, torch.nn.Dropout)]
+        assert model.config.text_config.attention_dropout == 0.0
+    assert load_config()["train"]["grpo"]["disable_dropout"] is True  # olmpipe's documented default

@@ -21,7 +21,7 @@ from trainkit import LowIdReward, make_page_index
 
 from olmpipe.config import load_config
 from olmpipe.soup import soup
-from olmpipe.train.resume import ResumeMismatchError, run_settings
+from olmpipe.train.resume import ResumeMismatchError, changed_keys, run_settings
 from olmpipe.train.run import train_seed
 from olmpipe.train.runlock import RunLock, RunLockedError
 
@@ -120,6 +120,17 @@ TRAJECTORY = [
     ({"train": {"grpo": {"beta": 0.04}}}, "train.grpo.beta"),
     ({"rewards": {"weights": {"eos": 0.5}}}, "rewards.weights.eos"),
 ]
+SERVER = {"train": {"grpo": {"use_vllm": True, "vllm_mode": "server"}}}
+
+
+def test_the_server_logprobs_mode_is_a_trajectory_setting_in_server_mode():
+    """It changes every token's importance weight; off server mode it is not compared."""
+    raw = {"train": {"vllm_server": {"logprobs_mode": "raw_logprobs", "startup_timeout_s": 5}}}
+    a = run_settings(load_config(overrides=_merge({"train": {"grpo": GRPO}}, SERVER)), 0, "m")
+    b = run_settings(load_config(overrides=_merge(_merge({"train": {"grpo": GRPO}}, SERVER), raw)), 0, "m")
+    assert changed_keys(a, b) == ["train.vllm_server.logprobs_mode"]
+    plain = run_settings(load_config(overrides=_merge({"train": {"grpo": GRPO}}, raw)), 0, "m")
+    assert plain == run_settings(load_config(overrides={"train": {"grpo": GRPO}}), 0, "m")
 
 
 @pytest.mark.parametrize("change", HARMLESS)

@@ -82,3 +82,30 @@ def test_lora_colocated_vllm_rollouts_use_the_merged_adapter(tmp_path, tiny_mode
     monkeypatch.setattr(peft_module, "merged_named_params", base_only)
     _, unsynced = _lora_vllm_run(tmp_path / "control", tiny_model_dir, monkeypatch, "lora")
     assert max(abs(x - 1) for x in unsynced[1:]) > max(abs(x - 1) for x in ratios[1:]), (ratios, unsynced)
+
+
+def test_vllm_serve_keeps_the_configured_logprobs_mode():
+    """The server command olmpipe builds, through the installed TRL's `trl vllm-serve` translation, as
+    the installed vLLM's engine-argument parser reads it: TRL's forced processed_logprobs comes first,
+    train.vllm_server.logprobs_mode last, and vLLM keeps the last (olmOCR 2's raw log-probs)."""
+    from trl.scripts.vllm_serve import build_command as trl_command
+    from trl.scripts.vllm_serve import make_parser
+    from vllm.engine.arg_utils import AsyncEngineArgs
+
+    try:
+        from vllm.utils.argparse_utils import FlexibleArgumentParser
+    except ImportError:  # vLLM < 0.31 kept it in vllm.utils
+        from vllm.utils import FlexibleArgumentParser
+
+    from olmpipe.config import load_config
+    from olmpipe.train.vllm_server import build_command
+
+    for mode in ("raw_logprobs", "processed_logprobs"):
+        cfg = load_config(overrides={"train": {"grpo": {"vllm_max_model_length": 8192},
+                                               "vllm_server": {"logprobs_mode": mode}}})
+        args, rest = make_parser().parse_args_and_config(args=build_command(cfg, "m", ["0"], 8000)[3:],
+                                                         return_remaining_strings=True)
+        serve = trl_command(args, rest)
+        engine_args = serve[serve.index("serve") + 2:]  # after `serve <model>`
+        parsed, _ = AsyncEngineArgs.add_cli_args(FlexibleArgumentParser()).parse_known_args(engine_args)
+        assert parsed.logprobs_mode == mode

@@ -113,7 +113,8 @@ def test_command_carries_the_config_and_refuses_an_unset_model_length(tmp_path):
     flags = dict(zip(cmd[cmd.index("--model")::2], cmd[cmd.index("--model") + 1::2]))
     assert flags == {"--model": "/models/qwen", "--tensor_parallel_size": "2", "--data_parallel_size": "1",
                      "--host": "127.0.0.1", "--port": "8123", "--gpu_memory_utilization": "0.5",
-                     "--max_model_len": "4096", "--dtype": "bfloat16", "--enforce_eager": "true"}
+                     "--max_model_len": "4096", "--dtype": "bfloat16", "--logprobs-mode": "processed_logprobs",
+                     "--enforce_eager": "true"}
     default = load_config(overrides={"train": {"grpo": {"vllm_max_model_length": 4096}}})
     assert build_command(default, "m", ["0"], 1)[:3] == [sys.executable, "-m", "trl.scripts.vllm_serve"]
     with pytest.raises(ValueError, match="vllm_max_model_length is null"):
@@ -133,11 +134,28 @@ def test_trl_vllm_serve_parses_the_command():
         "extra_args": ["--enable_prefix_caching", "true"]}}})
     cmd = build_command(cfg, "/models/qwen", ["7"], 8123)
     args, rest = make_parser().parse_args_and_config(args=cmd[3:], return_remaining_strings=True)
-    assert rest == []
+    assert rest == ["--logprobs-mode", "processed_logprobs"]  # for `vllm serve` (train.vllm_server.logprobs_mode)
     assert (args.model, args.host, args.port, args.tensor_parallel_size, args.data_parallel_size) == (
         "/models/qwen", "127.0.0.1", 8123, 1, 1)
     assert (args.gpu_memory_utilization, args.max_model_len, args.dtype, args.enable_prefix_caching) == (
         0.5, 16384, "float32", True)
+
+
+def test_raw_logprobs_reach_vllm_after_trls_own_mode():
+    """train.vllm_server.logprobs_mode: raw_logprobs (olmOCR 2's untempered server log-probs): TRL 1.16
+    forces --logprobs-mode processed_logprobs (trl/scripts/vllm_serve.py:265-276) and appends what it
+    does not know after it, so the `vllm serve` command ends with ours (vLLM's parser keeps the last
+    one: tests/test_train_vllm.py parses it with vLLM's own)."""
+    from trl.scripts.vllm_serve import build_command as trl_command
+    from trl.scripts.vllm_serve import make_parser
+
+    cfg = load_config(overrides={"train": {"grpo": {"vllm_max_model_length": 8192},
+                                           "vllm_server": {"logprobs_mode": "raw_logprobs"}}})
+    args, rest = make_parser().parse_args_and_config(args=build_command(cfg, "m", ["0"], 8000)[3:],
+                                                     return_remaining_strings=True)
+    serve = trl_command(args, rest)
+    modes = [serve[i + 1] for i, a in enumerate(serve) if a == "--logprobs-mode"]
+    assert modes == ["processed_logprobs", "raw_logprobs"]
 
 
 def test_log_tail_reads_only_this_start_and_the_last_lines(tmp_path):

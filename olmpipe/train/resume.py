@@ -84,7 +84,12 @@ def run_settings(cfg: Mapping[str, Any], seed: int, model_path: str, world_size:
         # The difficulty filter changes the pages trained on only when on; off, its settings are
         # not compared (runs trained before it existed resume unchanged).
         del train["difficulty"]
-    grpo = {k: v for k, v in grpo_knobs(cfg["train"], seed).items() if k not in NOT_TRAJECTORY_GRPO}
+    knobs = grpo_knobs(cfg["train"], seed)
+    grpo = {k: v for k, v in knobs.items() if k not in NOT_TRAJECTORY_GRPO}
+    if knobs["use_vllm"] and knobs["vllm_mode"] == "server":
+        # the server's log-probs weigh every token of the loss (docs/recipe.md); the rest of
+        # vllm_server only places and bounds the server
+        train["vllm_server"] = {"logprobs_mode": cfg["train"]["vllm_server"]["logprobs_mode"]}
     rewards = json.loads(json.dumps(dict(cfg["rewards"]), default=str))
     rewards["bench"] = {k: v for k, v in rewards["bench"].items() if k not in NOT_TRAJECTORY_BENCH}
     out: dict[str, Any] = {"seed": seed, "model": str(model_path), "world_size": int(world_size)}

@@ -260,6 +260,8 @@ def build_command(cfg: Mapping[str, Any], model_path: str | os.PathLike, gpus: S
         "--gpu_memory_utilization", str(grpo["vllm_gpu_memory_utilization"]),
         "--max_model_len", str(max_len),
         "--dtype", resolve_dtype(train["dtype"], "cuda"),
+        # unknown to trl vllm-serve: passed on to `vllm serve` after TRL's own --logprobs-mode, so it wins
+        "--logprobs-mode", server["logprobs_mode"],
     ] + [str(a) for a in server["extra_args"]]
 
 
