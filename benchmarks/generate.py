@@ -45,7 +45,7 @@ def render_pages(bench: Path, count: int, out: Path, longest_side: int) -> list[
     """Render the first ``count`` pages of the bench (sorted PDFs) as PNGs; page index entries."""
     import pypdfium2 as pdfium
 
-    from olmpipe.layout import discover_pdfs, pdf_path_for
+    from olmpipe.benchdirs import discover_pdfs, pdf_path_for
     from olmpipe.rasterize import render_page
 
     entries = []

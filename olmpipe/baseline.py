@@ -27,7 +27,14 @@ def main(argv: list[str] | None = None) -> int:
     """
     from olmpipe.config import ConfigError, load_config
     from olmpipe.eval_run import config_from_settings, run_logged
-    from olmpipe.layout import PAGE_INDEX, VALIDATED_TESTS, baseline_run_dir, model_dir
+    from olmpipe.layout import (
+        BASELINE_DIR,
+        PAGE_INDEX,
+        TINY_MODEL_DIR,
+        VALIDATED_TESTS,
+        baseline_run_dir,
+        model_dir,
+    )
 
     parser = argparse.ArgumentParser(prog="olmpipe baseline", description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", help="config YAML (default config/config.yaml)")
@@ -35,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
         "--settings", metavar="JSON", help="config sections as one JSON object, instead of --config (workflow)"
     )
     parser.add_argument(
-        "--model", help="model folder (default: the config's model, results/model/tiny when embedded)"
+        "--model", help=f"model folder (default: the config's model, {TINY_MODEL_DIR} when embedded)"
     )
     parser.add_argument(
         "--pages", default=str(PAGE_INDEX), help="page index (default: %(default)s)"
@@ -43,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--tests", default=str(VALIDATED_TESTS), help="validated tests (default: %(default)s)"
     )
-    parser.add_argument("--out", help="output folder (default: results/baseline/<model.name>)")
+    parser.add_argument("--out", help=f"output folder (default: {BASELINE_DIR}/<model.name>)")
     parser.add_argument("--threads", type=int, default=1, help="CPU cores of the job (default: %(default)s)")
     parser.add_argument(
         "--backend", choices=["transformers", "vllm", "openai"], help="overrides generation.backend"

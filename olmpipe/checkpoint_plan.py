@@ -34,6 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from olmpipe.layout import RESULTS
+
 GB = 1e9
 #: Seconds before the end that SLURM signals when ``--signal`` names no time (sbatch(1): 60).
 SLURM_DEFAULT_SIGNAL_S = 60
@@ -206,7 +208,7 @@ def _with_problems(p: CheckpointPlan) -> CheckpointPlan:
     from dataclasses import replace
 
     need = p.write_s(p.stop_checkpoint_gb)
-    faster = (f"or point results/ at faster storage (and raise resources.train.checkpoint_write_gbps, "
+    faster = (f"or point {RESULTS}/ at faster storage (and raise resources.train.checkpoint_write_gbps, "
               f"now {p.write_gbps:g} GB/s)")
     what = (f"writing the checkpoint on SIGTERM ({p.stop_checkpoint_gb:.1f} GB at {p.write_gbps:g} GB/s = "
             f"{need:.0f} s)")

@@ -26,31 +26,46 @@ from types import MappingProxyType
 #: hashes. A package stands for every ``.py`` file below it. Read-only.
 RULE_CODE: Mapping[str, tuple[str, ...]] = MappingProxyType({
     # synth_html renders the pages it writes through the rasterizer.
-    "synth_html": ("olmpipe.synth.source", "olmpipe.rasterize"),
-    "synth_render": ("olmpipe.synth.render", "olmpipe.synth.visible", "olmpipe.synth.bench"),
-    "synth_tests": ("olmpipe.synth.mine", "olmpipe.synth.pages", "olmpipe.synth.bench", "olmpipe.synth.render",
-                    "olmpipe.bench.model"),
+    "synth_html": ("olmpipe.synth.source", "olmpipe.rasterize", "olmpipe.records.synth"),
+    "synth_render": ("olmpipe.synth.render", "olmpipe.synth.visible", "olmpipe.synth.bench", "olmpipe.records.synth"),
+    "synth_tests": (
+        "olmpipe.synth.mine",
+        "olmpipe.synth.pages",
+        "olmpipe.synth.bench",
+        "olmpipe.synth.render",
+        "olmpipe.bench.model",
+        "olmpipe.records.synth",
+        "olmpipe.records.candidates",
+    ),
     # Editing olmpipe/rasterize.py re-renders every page (the page manifests record this hash).
     # Every rule lists the olmpipe.records modules through which it writes its files: they own the
-    # formats the next stage reads.
-    "rasterize": ("olmpipe.rasterize", "olmpipe.records.files"),
+    # formats the next stage reads. The result paths (olmpipe.layout) are in no list: a changed path
+    # is a changed output, which Snakemake sees itself; the bench folders read (olmpipe.benchdirs) are.
+    "rasterize": ("olmpipe.rasterize", "olmpipe.benchdirs", "olmpipe.records.files", "olmpipe.records.manifest"),
     # The test loader (olmpipe.bench.model/normalize) but not the scorer: scoring edits must not
     # rerun the chain.
     "validate": (
         "olmpipe.validate",
         "olmpipe.split",
-        "olmpipe.layout",
-        "olmpipe.rasterize",
+        "olmpipe.benchdirs",
         "olmpipe.bench.model",
         "olmpipe.bench.normalize",
         "olmpipe.records.files",
+        "olmpipe.records.manifest",
         "olmpipe.records.pages",
     ),
     # The tiny model's builder and the processor class and chat template it saves (olmpipe.modelload).
-    "build_model": ("olmpipe.tinymodel", "olmpipe.modelload"),
+    "build_model": ("olmpipe.tinymodel", "olmpipe.modelload", "olmpipe.records.models"),
     # Generation and scoring of the eval pages: baseline_generate and evaluate_generate run the same
     # code, so editing it reruns both (their entry points olmpipe.baseline, olmpipe.evaluate are thin).
-    "generate": ("olmpipe.eval_run", "olmpipe.generate", "olmpipe.prompts", "olmpipe.bench", "olmpipe.records"),
+    "generate": (
+        "olmpipe.eval_run",
+        "olmpipe.generate",
+        "olmpipe.prompts",
+        "olmpipe.bench",
+        "olmpipe.benchdirs",
+        "olmpipe.records",
+    ),
     # train_seed: the trainer, the rewards and the prompt. The unit-test engine (olmpipe.bench) is
     # left out on purpose, as validate leaves out the scorer: a refactor there must not throw away
     # days of GPU training; after a change of test semantics retrain with `snakemake -R train_seed`.
@@ -69,7 +84,7 @@ RULE_CODE: Mapping[str, tuple[str, ...]] = MappingProxyType({
         "olmpipe.records",
     ),
     "difficulty_filter": ("olmpipe.difficulty.filter", "olmpipe.difficulty.settings", "olmpipe.records"),
-    "soup": ("olmpipe.soup", "olmpipe.records.files"),
+    "soup": ("olmpipe.soup", "olmpipe.records.files", "olmpipe.records.models"),
     # The comparison (not the trained model's generation: editing the statistics or guards reruns
     # only the comparison and the report).
     "evaluate_compare": ("olmpipe.evaluate", "olmpipe.compare", "olmpipe.stats", "olmpipe.guards", "olmpipe.records"),

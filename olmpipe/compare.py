@@ -31,8 +31,8 @@ import numpy as np
 
 from olmpipe import guards as guards_mod
 from olmpipe.records import comparison as records
-from olmpipe.records.generations import read_generations
-from olmpipe.records.verdicts import read_verdicts
+from olmpipe.records.generations import GENERATIONS_NAME, read_generations
+from olmpipe.records.verdicts import VERDICTS_NAME, read_verdicts
 from olmpipe.stats import Interval, paired_bootstrap, sign_flip_test, stratified_score
 
 log = logging.getLogger(__name__)
@@ -225,8 +225,8 @@ def load_run(folder: str | Path, name: str | None = None) -> RunData:
     return RunData(
         name=name or folder.name,
         folder=str(folder),
-        tests=load_verdicts(folder / "verdicts.jsonl"),
-        generations=load_generations(folder / "generations.jsonl"),
+        tests=load_verdicts(folder / VERDICTS_NAME),
+        generations=load_generations(folder / GENERATIONS_NAME),
     )
 
 

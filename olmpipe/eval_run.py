@@ -34,14 +34,14 @@ from __future__ import annotations
 
 import json
 import logging
-import shutil
 import sys
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from olmpipe.benchdirs import bench_test_files
 from olmpipe.codeversion import code_version
 from olmpipe.generate import (
     DecodingSettings,
@@ -57,7 +57,9 @@ from olmpipe.generate import (
 from olmpipe.generate.base import FAILURE_ERROR
 from olmpipe.generate.decoding import settings_fingerprint
 from olmpipe.generate.pipeline import pipeline_counts
-from olmpipe.records.files import atomic_writer, file_sha256, read_journal, write_json
+from olmpipe.layout import BENCH_TESTS_GLOB, rotated_dir
+from olmpipe.records.candidates import CANDIDATE_DIR, write_candidate
+from olmpipe.records.files import file_sha256, read_journal
 from olmpipe.records.generations import (
     GENERATIONS_NAME,
     JOURNAL_NAME,
@@ -66,6 +68,7 @@ from olmpipe.records.generations import (
     write_generations,
 )
 from olmpipe.records.pages import read_page_index
+from olmpipe.records.scores import write_scores, write_summary
 from olmpipe.records.verdicts import VERDICTS_NAME, write_verdicts
 
 logger = logging.getLogger(__name__)
@@ -108,18 +111,6 @@ class RunSummary:
         return data
 
 
-def read_pipeline_counts(run_dir: str | Path) -> dict[str, Any] | None:
-    """The pipeline-mode counts of a run folder's ``summary.json`` (None: mode off, or no summary)."""
-    path = Path(run_dir) / "summary.json"
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
-        logger.warning("%s: no readable run summary (%s)", path, exc)
-        return None
-    counts = data.get("pipeline") if isinstance(data, dict) else None  # absent when the mode was off
-    return counts if isinstance(counts, dict) else None
-
-
 # ---------------------------------------------------------------- inputs
 
 
@@ -146,9 +137,9 @@ def load_eval_tests(tests_dir: str | Path, pages: Sequence[Mapping[str, Any]]) -
 
     tests_dir = Path(tests_dir)
     named = sorted({str(f) for p in pages for f in (p.get("jsonl_files") or {}).values()})
-    files = [tests_dir / f for f in named] if named else sorted(tests_dir.glob("*.jsonl"))
+    files = [tests_dir / f for f in named] if named else [Path(f) for f in bench_test_files(tests_dir)]
     if not files:
-        raise EvalRunError(f"{tests_dir}: no *.jsonl test files; run the validate stage")
+        raise EvalRunError(f"{tests_dir}: no {BENCH_TESTS_GLOB} test files; run the validate stage")
     missing = [str(f) for f in files if not f.is_file()]
     if missing:
         raise EvalRunError(
@@ -239,58 +230,14 @@ def reusable_records(
 # ---------------------------------------------------------------- outputs
 
 
-def candidate_name(pdf: str, page: int, repeat: int) -> str:
-    """olmOCR-Bench's candidate file name: ``<pdf path without .pdf>_pg<page>_repeat<k>.md``."""
-    stem = pdf[: -len(".pdf")] if pdf.lower().endswith(".pdf") else pdf
-    return f"{stem}_pg{page}_repeat{repeat}.md"
-
-
-def write_candidate(folder: Path, records: Iterable[GenerationRecord]) -> int:
-    """Rewrite ``folder`` to hold exactly one ``.md`` per record (its page text); returns the count."""
-    if folder.exists():
-        shutil.rmtree(folder)
-    count = 0
-    for record in records:
-        target = folder / candidate_name(record.pdf, record.page, record.repeat)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(record.text, encoding="utf-8")
-        count += 1
-    return count
-
-
 def _score_and_write(tests: Sequence[Any], records: Sequence[GenerationRecord], out_dir: Path) -> Any:
     """Score the page texts with the unit-test engine; write scores.json/.csv and verdicts.jsonl."""
     from olmpipe.bench import score_candidate
 
     score = score_candidate(tests, {r.key: r.text for r in records})
-    write_json(out_dir / "scores.json", score.to_json())
-    write_scores_csv(out_dir / "scores.csv", score)
+    write_scores(out_dir, score)
     write_verdicts(out_dir / VERDICTS_NAME, score.verdicts)
     return score
-
-
-def write_scores_csv(path: Path, score: Any) -> None:
-    """``scores.csv``: one row per scope (overall, each test type, each JSONL file) with its test count.
-
-    The 95% interval (bootstrap within JSONL files, as olmOCR-Bench does) exists for the overall
-    score only.
-    """
-    import csv
-
-    total = sum(n for _, n in score.jsonl_counts.values())
-    rows = [["overall", "overall", score.overall, total, score.ci95[0], score.ci95[1]]]
-    rows += [
-        ["type", name, value, score.type_counts.get(name, ""), "", ""]
-        for name, value in score.by_type.items()
-    ]
-    rows += [
-        ["jsonl", name, value, score.jsonl_counts.get(name, (0, ""))[1], "", ""]
-        for name, value in score.by_jsonl.items()
-    ]
-    with atomic_writer(path, newline="") as fh:
-        writer = csv.writer(fh)
-        writer.writerow(["scope", "name", "score", "tests", "ci95_low", "ci95_high"])
-        writer.writerows(rows)
 
 
 def summarize(
@@ -539,13 +486,13 @@ def run_generation_and_scoring(
         progress=stage["progress"],
         threads=threads,
         backend=backend,
-        pipeline=PipelineMode(PipelineSettings.from_config(generation), out / "rotated", pdf_paths(pages)),
+        pipeline=PipelineMode(PipelineSettings.from_config(generation), rotated_dir(out), pdf_paths(pages)),
         what=f"{len(pages)} pages x {settings.repeats} repeats",
     )
     records = run.records
     check_backend_errors(records, generation, error=EvalRunError)
     write_generations(out / GENERATIONS_NAME, records)  # this run's records, in order
-    write_candidate(out / "candidate", records)
+    write_candidate(out / CANDIDATE_DIR, records)
     score = _score_and_write(tests, records, out)
     summary = summarize(
         records,
@@ -558,7 +505,7 @@ def run_generation_and_scoring(
         model_seconds=run.model_seconds,
         overall=getattr(score, "overall", None),
     )
-    write_json(out / "summary.json", summary.to_json())
+    write_summary(out, summary.to_json())
     logger.info(
         "%s: %d generations (%d new, %.3f pages/s), %d without EOS, %d backend errors; overall %.4f",
         name,

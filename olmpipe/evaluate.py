@@ -36,13 +36,19 @@ from olmpipe.compare import (
     read_comparison,
     write_comparison,
 )
-from olmpipe.layout import PAGE_INDEX, SOUP_MODEL_DIR, VALIDATED_TESTS, baseline_run_dir, evaluate_run_dir
+from olmpipe.layout import (
+    BASELINE_DIR,
+    COMPARISON_CSV,
+    COMPARISON_JSON,
+    EVALUATE_DIR,
+    PAGE_INDEX,
+    SOUP_MODEL_DIR,
+    VALIDATED_TESTS,
+    baseline_run_dir,
+    evaluate_run_dir,
+)
 
 log = logging.getLogger(__name__)
-
-COMPARISON_JSON = "results/evaluate/comparison.json"
-COMPARISON_CSV = "results/evaluate/comparison.csv"
-
 
 def trained_name(cfg: Mapping[str, Any]) -> str:
     """Display name of the trained model in tables and the report."""
@@ -53,8 +59,8 @@ def compare_folders(
     cfg: Mapping[str, Any],
     baseline_dir: str | Path,
     trained_dir: str | Path,
-    json_path: str | Path = COMPARISON_JSON,
-    csv_path: str | Path = COMPARISON_CSV,
+    json_path: str | Path = str(COMPARISON_JSON),
+    csv_path: str | Path = str(COMPARISON_CSV),
 ) -> Comparison:
     """Compare two scored run folders with the config's ``evaluate`` settings and write the files."""
     settings = CompareSettings.from_config(cfg)
@@ -82,10 +88,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--tests", default=str(VALIDATED_TESTS), help="validated tests (default: %(default)s)"
     )
-    parser.add_argument("--baseline", help="baseline run folder (default: results/baseline/<model.name>)")
-    parser.add_argument("--out", help="trained run folder (default: results/evaluate/<model.name>)")
-    parser.add_argument("--json", default=COMPARISON_JSON, help="comparison JSON (default: %(default)s)")
-    parser.add_argument("--csv", default=COMPARISON_CSV, help="comparison CSV (default: %(default)s)")
+    parser.add_argument("--baseline", help=f"baseline run folder (default: {BASELINE_DIR}/<model.name>)")
+    parser.add_argument("--out", help=f"trained run folder (default: {EVALUATE_DIR}/<model.name>)")
+    parser.add_argument("--json", default=str(COMPARISON_JSON), help="comparison JSON (default: %(default)s)")
+    parser.add_argument("--csv", default=str(COMPARISON_CSV), help="comparison CSV (default: %(default)s)")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default: %(default)s)")
     parser.add_argument(
         "--compare-only", action="store_true", help="skip generation; compare existing folders"
@@ -93,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--generate-only", action="store_true", help="only generate and score the trained model (workflow)"
     )
-    parser.add_argument("--table", metavar="JSON", help="only print the console table of a comparison.json")
+    parser.add_argument("--table", metavar="JSON", help="only print the console table of a comparison file")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:

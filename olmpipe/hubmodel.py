@@ -33,7 +33,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from olmpipe.layout import HUB_MODEL_DIR
 from olmpipe.records.files import publish_dir, staging_dir, write_json
+from olmpipe.records.models import HUB_MODEL_INFO_NAME
 
 logger = logging.getLogger(__name__)
 
@@ -41,7 +43,7 @@ logger = logging.getLogger(__name__)
 #: huggingface_hub or datasets (TRL's reference model and vLLM load through them).
 OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
 #: What the download writes beside the model files (repository, revision, commit, files).
-MANIFEST_NAME = "olmpipe_model.json"
+MANIFEST_NAME = HUB_MODEL_INFO_NAME
 COMMIT = re.compile(r"[0-9a-f]{40}")
 
 
@@ -142,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="olmpipe download-model", description=__doc__.splitlines()[0])
     parser.add_argument("--repo", required=True, help="hub id, org/name (model.path)")
     parser.add_argument("--revision", required=True, help="commit hash, branch or tag (model.revision)")
-    parser.add_argument("--out", required=True, help="model folder (results/model/hub/<org>--<name>/<revision>)")
+    parser.add_argument("--out", required=True, help=f"model folder ({HUB_MODEL_DIR}/<org>--<name>/<revision>)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:

@@ -1,16 +1,29 @@
-"""Where the workflow reads and writes: the bench folders of the config and the result paths.
+"""Where the workflow reads and writes: the bench folders of the config and every result path.
 
 Kept in the package, not in the ``.smk`` files, so that the rules (through
-``workflow/rules/common.smk``) and the stages run without Snakemake (``python -m olmpipe.<stage>``)
-use the same paths, tested like any other code. Which code reruns which rule is
-:mod:`olmpipe.codeversion`.
+``workflow/rules/common.smk``) and the stages run without Snakemake (``olmpipe <stage>``,
+``python -m olmpipe.<stage>``) use the same paths, tested like any other code. Which code reruns
+which rule is :mod:`olmpipe.codeversion`.
+
+Who spells what: this module spells every path from the working directory (stage folders, run
+folders, rule outputs) and the names of files and folders that are no record; the name of each
+record file inside a folder is spelled once, by its owner in :mod:`olmpipe.records` (with its
+reader and writer), and joined here. ``tests/test_paths.py`` fails when a result path or file
+name is spelled anywhere else in ``olmpipe/``, ``workflow/`` or the ``Snakefile``.
+
+Adding a path: a constant or function here (a stage folder under :data:`RESULTS`, a run folder, a
+rule output), a record file's name in its ``olmpipe.records`` module; rules take them through
+``common.smk`` (``from olmpipe.layout import ...``), stages and CLIs import them.
 
     >>> model_dir({"model": {"path": "embedded"}})
     'results/model/tiny'
+    >>> eval_run_files("results/baseline/tiny")["verdicts"]
+    'results/baseline/tiny/verdicts.jsonl'
 """
 
 from __future__ import annotations
 
+import copy
 import os
 import re
 from collections.abc import Mapping
@@ -18,158 +31,214 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from olmpipe.records.difficulty import (
-    DROPPED_NAME,
-    FILTER_NAME,
-    FILTERED_INDEX_NAME,
-    STATS_NAME,
-    SUMMARY_NAME,
-)
+from olmpipe.records.candidates import CANDIDATE_DIR
+from olmpipe.records.comparison import COMPARISON_CSV_NAME, COMPARISON_JSON_NAME
+from olmpipe.records.difficulty import DROPPED_NAME, FILTER_NAME, FILTERED_INDEX_NAME, STATS_NAME
+from olmpipe.records.difficulty import SUMMARY_NAME as DIFFICULTY_SUMMARY_NAME
 from olmpipe.records.generations import GENERATIONS_NAME
+from olmpipe.records.manifest import MERGED_MANIFEST_NAME
+from olmpipe.records.metrics import final_metrics_path
+from olmpipe.records.pages import PAGE_INDEX_NAME
+from olmpipe.records.scores import SCORES_CSV_NAME, SCORES_JSON_NAME, SUMMARY_NAME
+from olmpipe.records.verdicts import VERDICTS_NAME
 
 RESULTS = PurePosixPath("results")
+#: The test files of a bench folder (olmOCR-Bench layout: ``pdfs/**.pdf`` and these, at the top).
+BENCH_TESTS_GLOB = "*.jsonl"
+
+#: The synthetic bench stages (rules synth_html, synth_render, synth_tests; ``olmpipe synth``).
+SYNTH_DIR = RESULTS / "synth"
+
 RASTERIZE_DIR = RESULTS / "rasterize"
+#: The merged manifest of every rendered PDF (rule ``rasterize``).
+MANIFEST = RASTERIZE_DIR / MERGED_MANIFEST_NAME
+#: Page folders under :data:`RASTERIZE_DIR` of the main bench (``bench.dir``) and the eval bench.
+MAIN_PAGES, EVAL_PAGES = "pages", "eval-pages"
+
 VALIDATE_DIR = RESULTS / "validate"
 #: The page index and the validated tests (rule ``validate``) that training and scoring read.
-PAGE_INDEX = VALIDATE_DIR / "pages.jsonl"
+PAGE_INDEX = VALIDATE_DIR / PAGE_INDEX_NAME
 VALIDATED_TESTS = VALIDATE_DIR / "tests"
+#: The validate stage's report (counts, every problem, the settings).
+VALIDATE_REPORT = VALIDATE_DIR / "report.json"
 #: The difficulty stage (rule ``difficulty``): k completions per training page (its generations and
 #: their resume journal, :mod:`olmpipe.records.generations`) and their statistics.
 DIFFICULTY_DIR = RESULTS / "difficulty"
 DIFFICULTY_STATS = DIFFICULTY_DIR / STATS_NAME
-DIFFICULTY_SUMMARY = DIFFICULTY_DIR / SUMMARY_NAME
+DIFFICULTY_SUMMARY = DIFFICULTY_DIR / DIFFICULTY_SUMMARY_NAME
 DIFFICULTY_GENERATIONS = DIFFICULTY_DIR / GENERATIONS_NAME
 #: The filter of ``train.difficulty.enabled`` (rule ``difficulty_filter``): the page index training
 #: reads, the pages left out with their reason, and the counts.
 FILTERED_PAGE_INDEX = DIFFICULTY_DIR / FILTERED_INDEX_NAME
 DIFFICULTY_DROPPED = DIFFICULTY_DIR / DROPPED_NAME
 DIFFICULTY_FILTER = DIFFICULTY_DIR / FILTER_NAME
+
+
+def validate_outputs(out_dir: str | Path = VALIDATE_DIR) -> dict[str, str]:
+    """The validate stage's outputs in ``out_dir`` (rule ``validate``, ``olmpipe validate --out``):
+    ``tests`` (a folder), ``report`` and ``pages`` (the page index)."""
+    out = PurePosixPath(str(out_dir))
+    return {"tests": str(out / VALIDATED_TESTS.name), "report": str(out / VALIDATE_REPORT.name),
+            "pages": str(out / PAGE_INDEX.name)}
+
+#: The embedded default model (rule ``build_model``).
 TINY_MODEL_DIR = RESULTS / "model" / "tiny"
 #: Models downloaded from the Hugging Face hub (rule ``download_model``): ``<org>--<name>/<revision>/``.
 HUB_MODEL_DIR = RESULTS / "model" / "hub"
 #: A hub repository id as ``model.path`` may give it: ``org/name`` (no leading ``.`` or ``/``).
 HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*")
+
+TRAIN_DIR = RESULTS / "train"
+#: A seed's run folder, as a rule pattern (wildcard ``seed``): checkpoints, metrics, the final model.
+TRAIN_RUN = str(TRAIN_DIR / "seed{seed}")
+#: The final model folder of a training run (rule ``train_seed``'s output), inside its run folder.
+FINAL_MODEL_NAME = "model"
+#: LoRA runs: the trained adapter, beside the final model in the run folder (:mod:`olmpipe.train.peft`).
+ADAPTER_NAME = "adapter"
 #: The average of the seeds' final weights (rule ``soup``), the model the evaluate stage scores.
-SOUP_MODEL_DIR = RESULTS / "train" / "soup" / "model"
+SOUP_MODEL_DIR = TRAIN_DIR / "soup" / FINAL_MODEL_NAME
+
+BASELINE_DIR = RESULTS / "baseline"
+EVALUATE_DIR = RESULTS / "evaluate"
+#: The trained-vs-baseline comparison (rule ``evaluate_compare``).
+COMPARISON_JSON = EVALUATE_DIR / COMPARISON_JSON_NAME
+COMPARISON_CSV = EVALUATE_DIR / COMPARISON_CSV_NAME
+
+REPORT_DIR = RESULTS / "report"
+#: The self-contained HTML report (rule ``report_html``) and its plots (rule ``report_plots``).
+REPORT_HTML = REPORT_DIR / "index.html"
+PLOTS_DIR = REPORT_DIR / "plots"
+#: The report's plots, by name (:func:`olmpipe.plots.write_plots` draws each one).
+PLOT_NAMES = ("rewards", "type_rates", "page_change")
+
+
+def in_results(path: str | Path) -> str:
+    """``path`` (a path under :data:`RESULTS`, a pattern allowed) relative to the results folder,
+    for code that reads a results folder kept anywhere (:mod:`olmpipe.results`, :mod:`olmpipe.rundiff`).
+
+    >>> in_results(PAGE_INDEX)
+    'validate/pages.jsonl'
+    """
+    return str(PurePosixPath(str(path)).relative_to(RESULTS))
+
+
+def plot_path(name: str, folder: str | Path = PLOTS_DIR) -> str:
+    """The PNG of plot ``name`` (one of :data:`PLOT_NAMES`) in ``folder``."""
+    return str(PurePosixPath(str(folder)) / f"{name}.png")
+
+
+def train_run_dir(seed: int | str) -> str:
+    """The run folder of seed ``seed``: ``results/train/seed<seed>``."""
+    return TRAIN_RUN.format(seed=seed)
+
+
+def seed_of(run_dir: str | Path) -> int | None:
+    """The seed of a training run folder (``seed3`` -> 3); None for any other folder (``soup``)."""
+    name = Path(run_dir).name
+    prefix = PurePosixPath(TRAIN_RUN).name.split("{", 1)[0]
+    return int(name[len(prefix):]) if name.startswith(prefix) and name[len(prefix):].isdigit() else None
+
+
+def final_model_dir(run_dir: str | Path) -> str:
+    """The final model folder of a training run folder (``<run>/model``)."""
+    return str(PurePosixPath(str(run_dir)) / FINAL_MODEL_NAME)
+
+
+def final_metrics(run_dir: str | Path) -> str:
+    """The copy of a run's metrics written beside its final model (``<run>/model.metrics.jsonl``):
+    what the report reads, from the workflow and from ``olmpipe report`` alike."""
+    return str(final_metrics_path(final_model_dir(run_dir)))
+
+
+def eval_run_files(run: str | Path) -> dict[str, str]:
+    """The outputs of a generate-and-score run folder (:mod:`olmpipe.eval_run`), by rule output name.
+
+    ``run`` is :func:`baseline_run_dir` or :func:`evaluate_run_dir`; ``candidate`` is a folder.
+    """
+    run = PurePosixPath(str(run))
+    return {
+        "candidate": str(run / CANDIDATE_DIR),
+        "generations": str(run / GENERATIONS_NAME),
+        "verdicts": str(run / VERDICTS_NAME),
+        "scores": str(run / SCORES_JSON_NAME),
+        "scores_csv": str(run / SCORES_CSV_NAME),
+        "summary": str(run / SUMMARY_NAME),
+    }
+
+
+def rotated_dir(run_dir: str | Path) -> Path:
+    """The rotated page images of the pipeline-compatible mode's retries, in a generation run folder."""
+    return Path(run_dir) / "rotated"
 
 
 @dataclass(frozen=True)
-class Bench:
-    """A bench folder the workflow reads, with the folder (under results/rasterize) its pages go to.
+class SynthLayout:
+    """The folders and files of the synthetic bench stages under ``root`` (default :data:`SYNTH_DIR`).
 
-    ``role`` is ``"main"`` for ``bench.dir`` (split into train and eval pages) and ``"eval"`` for
-    ``bench.eval_dir`` (all eval pages).
+    ``html`` (rule synth_html; beside it its answer journal ``html_journal``, not an output),
+    ``render`` (synth_render), ``bench`` (synth_tests: an olmOCR-Bench folder) and ``report``.
     """
 
-    role: str
-    dir: str
-    pages: str  # folder name under results/rasterize/: "pages" or "eval-pages"
+    root: str = str(SYNTH_DIR)
+
+    def _path(self, name: str) -> str:
+        return str(PurePosixPath(self.root) / name)
 
     @property
-    def pages_root(self) -> PurePosixPath:
-        return RASTERIZE_DIR / self.pages
+    def html(self) -> str:
+        return self._path("html")
+
+    @property
+    def html_journal(self) -> str:
+        return self._path("html-journal.jsonl")
+
+    @property
+    def render(self) -> str:
+        return self._path("render")
+
+    @property
+    def bench(self) -> str:
+        return self._path("bench")
+
+    @property
+    def report(self) -> str:
+        return self._path("report.json")
 
 
-def benches(cfg: Mapping[str, Any]) -> list[Bench]:
-    """The bench folders named by the config: ``bench.dir`` and, when set, ``bench.eval_dir``."""
-    out = [Bench(role="main", dir=clean_dir(cfg["bench"]["dir"]), pages="pages")]
-    if cfg["bench"]["eval_dir"]:
-        out.append(Bench(role="eval", dir=clean_dir(cfg["bench"]["eval_dir"]), pages="eval-pages"))
-    return out
+#: The workflow's synthetic bench (``results/synth/bench``).
+SYNTH_BENCH_DIR = SynthLayout().bench
 
 
-def clean_dir(path: str | Path) -> str:
-    """A bench folder as the workflow names it everywhere: normalized, no trailing slash."""
-    return os.path.normpath(str(path))
+def bench_section(cfg: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``bench`` config section every stage reads: unchanged unless ``synth.enabled``.
 
+    With ``synth.enabled`` the stages train on the bench ``synth_tests`` writes
+    (:data:`SYNTH_BENCH_DIR`) and evaluate on the real one: ``dir`` becomes the synthetic bench and
+    ``eval_dir`` the real eval bench (``bench.eval_dir``, or ``bench.dir`` when that is null). With
+    a separate eval bench, validate assigns every page of ``dir`` to train and every page of
+    ``eval_dir`` to eval, so no synthetic page is scored in evaluation and no real page is trained
+    on. The workflow (``common.smk``) and the ``olmpipe rasterize``/``validate`` commands call this
+    one function, so they read the same benches. Applying it twice changes nothing.
 
-class BenchLayoutError(ValueError):
-    """A bench folder whose PDFs cannot each get their own rasterize folder; names both paths."""
-
-
-def _missing_bench(bench_dir: str | Path) -> FileNotFoundError:
-    return FileNotFoundError(
-        f"bench folder {bench_dir} does not exist (a relative path is read from the working "
-        f"directory, {Path.cwd()})"
-    )
-
-
-def pdf_files(bench_dir: str | Path) -> dict[str, str]:
-    """The PDFs of a bench: ``{stem: pdf id}``, sorted by stem.
-
-    The id is the PDF's exact path under ``pdfs/`` (``UPPER.PDF`` stays ``UPPER.PDF``: the tests'
-    ``pdf`` field must match it exactly); the stem is the id without its last four characters
-    (the ``.pdf`` suffix in any case) and names the PDF's rasterize folder and Snakemake wildcard.
-    Raises :class:`BenchLayoutError` when two PDFs would share a folder (``x.pdf`` and ``x.PDF``)
-    or one PDF's folder would hold another's (``sub.pdf`` renders to ``.../pages/sub/``, the
-    parent of ``sub/x.pdf``'s ``.../pages/sub/x/``), and FileNotFoundError when the folder or its
-    ``pdfs/`` is missing.
+    >>> cfg = {"bench": {"dir": "data/bench/x", "eval_dir": None, "split": {}}, "synth": {"enabled": True}}
+    >>> bench_section(cfg)["dir"], bench_section(cfg)["eval_dir"]
+    ('results/synth/bench', 'data/bench/x')
     """
-    bench_dir = Path(bench_dir)
-    if not bench_dir.is_dir():
-        raise _missing_bench(bench_dir)
-    root = bench_dir / "pdfs"
-    if not root.is_dir():
-        raise FileNotFoundError(
-            f"bench folder {bench_dir}: no pdfs/ subfolder (expected olmOCR-Bench layout: pdfs/**.pdf, *.jsonl)"
-        )
-    found: dict[str, str] = {}
-    for path in root.rglob("*"):
-        if path.is_file() and path.suffix.lower() == ".pdf":
-            pdf_id = path.relative_to(root).as_posix()
-            stem = pdf_id[: -len(".pdf")]
-            if stem in found:
-                first, second = sorted((found[stem], pdf_id))
-                raise BenchLayoutError(
-                    f"{root / first} and {root / second} differ only in the case of '.pdf' and would "
-                    f"be rendered into the same folder {stem}/; rename or remove one of them"
-                )
-            found[stem] = pdf_id
-    stems = sorted(found)
-    known = set(stems)
-    for stem in stems:
-        parts = stem.split("/")
-        for depth in range(1, len(parts)):
-            folder = "/".join(parts[:depth])
-            if folder in known:
-                raise BenchLayoutError(
-                    f"{root / found[folder]} and {root / found[stem]}: the pages of {found[folder]} go to "
-                    f"the folder {folder}/ under results/rasterize/, which would also hold the folder of "
-                    f"{found[stem]}; rename {found[folder]} or the folder {root / folder}"
-                )
-    return {stem: found[stem] for stem in stems}
+    bench = copy.deepcopy(dict(cfg["bench"]))
+    if cfg["synth"]["enabled"]:
+        bench["eval_dir"] = bench["eval_dir"] or bench["dir"]
+        bench["dir"] = SYNTH_BENCH_DIR
+    return bench
 
 
-def discover_pdfs(bench_dir: str | Path) -> list[str]:
-    """PDF stems of a bench: paths under ``pdfs/`` without ``.pdf``, posix-style, sorted (see :func:`pdf_files`).
-
-    >>> discover_pdfs("data/bench/olmocr-sample")[:2]  # doctest: +SKIP
-    ['blank_book_pg1', 'buildingnotes']
-    """
-    return list(pdf_files(bench_dir))
+def stage_config(cfg: Mapping[str, Any]) -> dict[str, Any]:
+    """``cfg`` with the ``bench`` section the stages read (:func:`bench_section`), as the workflow has it."""
+    return {**cfg, "bench": bench_section(cfg)}
 
 
-def bench_test_files(bench_dir: str | Path) -> list[str]:
-    """The test files of a bench: every ``*.jsonl`` at its top level, sorted (olmOCR-Bench rule)."""
-    return sorted(str(p) for p in Path(bench_dir).glob("*.jsonl") if p.is_file())
-
-
-def pdf_path_for(bench_dir: str | Path, stem: str, pdf_id: str | None = None) -> str:
-    """Path of the PDF with stem ``stem`` (path under ``pdfs/`` without ``.pdf``).
-
-    Give ``pdf_id`` (from :func:`pdf_files`) for a PDF whose suffix is not lower case (``x.PDF``).
-    """
-    return str(PurePosixPath(str(bench_dir)) / "pdfs" / (pdf_id or f"{stem}.pdf"))
-
-
-def page_dir_for(stem: str, root: str | Path = RASTERIZE_DIR / "pages") -> Path:
+def page_dir_for(stem: str, root: str | Path = RASTERIZE_DIR / MAIN_PAGES) -> Path:
     """Folder that holds the rendered pages and ``manifest.json`` of one PDF."""
     return Path(root) / stem
-
-
-def page_dirs(bench: Bench) -> list[str]:
-    """The rasterize output folders of every PDF of a bench (the rasterize jobs Snakemake runs)."""
-    return [str(bench.pages_root / stem) for stem in discover_pdfs(bench.dir)]
 
 
 class ModelPathError(ValueError):
@@ -193,7 +262,7 @@ def hub_model(cfg: Mapping[str, Any]) -> tuple[str, str] | None:
     revision = cfg["model"]["revision"]
     if not revision:
         raise ModelPathError(f"model.path {path!r} is a hub id: set model.revision to the revision to download "
-                             "once into results/model/hub/ (a commit hash pins it; a branch or tag is resolved "
+                             f"once into {HUB_MODEL_DIR}/ (a commit hash pins it; a branch or tag is resolved "
                              "to a commit at the first download)")
     return path, revision
 
@@ -225,13 +294,13 @@ def model_input(cfg: Mapping[str, Any]) -> list[str]:
 
 def baseline_run_dir(cfg: Mapping[str, Any]) -> str:
     """Run folder of the base model's generation and scores: ``results/baseline/<model.name>``."""
-    return str(RESULTS / "baseline" / cfg["model"]["name"])
+    return str(BASELINE_DIR / cfg["model"]["name"])
 
 
 def evaluate_run_dir(cfg: Mapping[str, Any]) -> str:
     """Run folder of the trained model's generation and scores (the baseline's layout):
     ``results/evaluate/<model.name>``."""
-    return str(RESULTS / "evaluate" / cfg["model"]["name"])
+    return str(EVALUATE_DIR / cfg["model"]["name"])
 
 
 def train_page_index(cfg: Mapping[str, Any]) -> str:

@@ -21,6 +21,8 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from olmpipe.records.models import TINY_SPEC_NAME
+
 logger = logging.getLogger(__name__)
 
 # A Qwen2-VL style chat template: string or list content, images as vision placeholders. The tiny
@@ -112,7 +114,7 @@ def load_processor(path: str | Path):
     from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
     path = str(path)
-    if not (Path(path) / "olmpipe_tiny.json").exists():
+    if not (Path(path) / TINY_SPEC_NAME).exists():
         try:
             return AutoProcessor.from_pretrained(path)
         except (ImportError, ValueError, TypeError, OSError) as exc:

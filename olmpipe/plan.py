@@ -509,7 +509,9 @@ def check_fits(cfg: Mapping[str, Any], gpus: int, model: str | Path, slurm_extra
     try:
         shape = load_shape(model)
     except PlanError as exc:
-        if Path(model).parts[:1] == ("results",) and not Path(model).exists():
+        from olmpipe.layout import RESULTS
+
+        if Path(model).parts[:1] == RESULTS.parts and not Path(model).exists():
             if cfg["model"]["path"] in KNOWN_MODELS:  # a hub id not downloaded yet: its known sizes
                 shape = load_shape(cfg["model"]["path"])
             else:

@@ -23,6 +23,7 @@ from typing import Any
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from olmpipe.layout import plot_path
 from olmpipe.records.metrics import read_metrics
 
 log = logging.getLogger(__name__)
@@ -207,8 +208,8 @@ def write_plots(
     overall = next(r for r in comparison["rows"] if r["scope"] == "overall")
     return {
         "rewards": plot_rewards(
-            curves, out_dir / "rewards.png", overall["trained"], overall["baseline"], bench, evals
+            curves, Path(plot_path("rewards", out_dir)), overall["trained"], overall["baseline"], bench, evals
         ),
-        "type_rates": plot_type_rates(comparison, out_dir / "type_rates.png"),
-        "page_change": plot_page_change(comparison, out_dir / "page_change.png"),
+        "type_rates": plot_type_rates(comparison, Path(plot_path("type_rates", out_dir))),
+        "page_change": plot_page_change(comparison, Path(plot_path("page_change", out_dir))),
     }

@@ -9,8 +9,10 @@ package imports per PDF, ~3x the rendering itself (``benchmarks/rasterize_scale.
 :func:`merge_manifests` joins the per-PDF manifests into ``manifest.jsonl``. Pages are rendered
 once here instead of inside a training dataset every epoch.
 
-Run without Snakemake (renders every PDF of a bench folder, then merges)::
+Run without Snakemake (:func:`rasterize_benches`, as the rule does: the config's benches, or one
+bench folder given on the command line)::
 
+    olmpipe rasterize --config config/config.yaml
     python -m olmpipe.rasterize data/bench/olmocr-sample --out results/rasterize --longest-side 1288
 
 A corrupt, encrypted, empty (0-byte) or zero-page PDF raises :class:`RasterizeError` naming the file, or with
@@ -20,27 +22,37 @@ A corrupt, encrypted, empty (0-byte) or zero-page PDF raises :class:`RasterizeEr
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import math
 import multiprocessing
 import re
 import sys
+from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Literal
 
 import pypdfium2 as pdfium
 
-from olmpipe.records.files import file_sha256, write_json, write_jsonl
+from olmpipe.records.files import file_sha256
+from olmpipe.records.manifest import (
+    MERGED_MANIFEST_NAME,
+    PAGE_IMAGE_GLOB,
+    PageImage,
+    PdfManifest,
+    page_image_name,
+    pdf_manifest_path,
+    read_manifest,
+    write_manifest,
+    write_merged_manifest,
+)
 
 logger = logging.getLogger(__name__)
 
 OnError = Literal["error", "skip"]
-MANIFEST_NAME = "manifest.json"
 # zlib level of the PNGs: on the bundled sample at 1288 px, level 1 makes rasterization 1.4-2.8x
 # faster than PIL's default 6 for files 6% larger (benchmarks/rasterize.py).
 PNG_COMPRESS_LEVEL = 1
@@ -48,48 +60,6 @@ PNG_COMPRESS_LEVEL = 1
 
 class RasterizeError(RuntimeError):
     """A PDF that cannot be rendered; the message names the file and the reason."""
-
-
-@dataclass(frozen=True)
-class PageImage:
-    """One rendered page: its PNG path, pixel size, source size in points and rotation (degrees)."""
-
-    page: int
-    image: str
-    width: int
-    height: int
-    width_pt: float
-    height_pt: float
-    rotation: int
-
-
-@dataclass
-class PdfManifest:
-    """What was rendered of one PDF (``manifest.json`` of its folder; one line of ``manifest.jsonl``).
-
-    ``pdf`` is the PDF's path relative to the bench's ``pdfs/`` folder (the tests' ``pdf`` field).
-    ``status`` is ``"ok"`` or ``"skipped"``; ``error`` says why a PDF was skipped. ``bench_dir`` is
-    the bench folder the PDF belongs to (the workflow may read a train and an eval bench).
-    ``code`` is the rasterize code version that rendered it (:func:`rasterize_pdfs` re-renders a
-    folder whose code version differs); ``None`` when the caller gave none.
-    """
-
-    pdf: str
-    sha256: str | None
-    status: Literal["ok", "skipped"]
-    error: str | None
-    longest_side: int
-    pages: list[PageImage] = field(default_factory=list)
-    bench_dir: str | None = None
-    code: str | None = None
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict) -> PdfManifest:
-        pages = [PageImage(**p) for p in data.get("pages", [])]
-        return cls(**{**data, "pages": pages})
 
 
 def scale_for(width_pt: float, height_pt: float, longest_side: int) -> float:
@@ -175,7 +145,7 @@ def rasterize_pdf(
         raise ValueError(f"on_error must be 'error' or 'skip', got {on_error!r}")
     pdf_path, out_dir = Path(pdf_path), Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / MANIFEST_NAME).unlink(missing_ok=True)
+    pdf_manifest_path(out_dir).unlink(missing_ok=True)
     sha = file_sha256(pdf_path) if pdf_path.is_file() else None
     manifest = PdfManifest(pdf=pdf_id, sha256=sha, status="ok", error=None, longest_side=longest_side,
                            bench_dir=bench_dir, code=code)
@@ -191,10 +161,10 @@ def rasterize_pdf(
         logger.warning("skipping %s", exc)
         manifest.status, manifest.error, manifest.pages = "skipped", str(exc), []
     current = {Path(p.image).name for p in manifest.pages}
-    for stale in out_dir.glob("pg*.png"):
+    for stale in out_dir.glob(PAGE_IMAGE_GLOB):
         if stale.name not in current:
             stale.unlink()
-    write_json(out_dir / MANIFEST_NAME, manifest.to_dict(), indent=1, sort_keys=True)
+    write_manifest(out_dir, manifest)
     logger.info("%s: %s, %d page(s) at longest side %d", pdf_id, manifest.status, len(manifest.pages),
                 longest_side)
     return manifest
@@ -214,7 +184,7 @@ def _render_all(doc: pdfium.PdfDocument, pdf_path: Path, out_dir: Path, longest_
                 page.close()
         except pdfium.PdfiumError as exc:
             raise RasterizeError(f"{pdf_path}: page {number} cannot be rendered: {exc}") from exc
-        target = out_dir / f"pg{number}.png"
+        target = out_dir / page_image_name(number)
         image.save(target, format="PNG", compress_level=PNG_COMPRESS_LEVEL)
         pages.append(
             PageImage(
@@ -230,28 +200,15 @@ def _render_all(doc: pdfium.PdfDocument, pdf_path: Path, out_dir: Path, longest_
     return pages
 
 
-def read_manifest(page_dir: str | Path) -> PdfManifest:
-    """Read the ``manifest.json`` of one rendered PDF folder."""
-    path = Path(page_dir) / MANIFEST_NAME
-    with open(path, encoding="utf-8") as fh:
-        return PdfManifest.from_dict(json.load(fh))
-
-
 def merge_manifests(page_dirs: list[str | Path], out_path: str | Path) -> list[PdfManifest]:
     """Join the per-PDF manifests of ``page_dirs`` into one JSONL file (one line per PDF, sorted)."""
     manifests = sorted((read_manifest(d) for d in page_dirs), key=lambda m: m.pdf)
-    write_jsonl(out_path, (manifest.to_dict() for manifest in manifests), sort_keys=True, ensure_ascii=True)
+    write_merged_manifest(out_path, manifests)
     skipped = [m.pdf for m in manifests if m.status != "ok"]
     logger.info("merged %d manifests (%d pages, %d skipped PDFs%s) into %s", len(manifests),
                 sum(len(m.pages) for m in manifests), len(skipped),
                 f": {', '.join(skipped)}" if skipped else "", out_path)
     return manifests
-
-
-def read_merged_manifest(path: str | Path) -> list[PdfManifest]:
-    """Read ``manifest.jsonl`` back into :class:`PdfManifest` objects."""
-    with open(path, encoding="utf-8") as fh:
-        return [PdfManifest.from_dict(json.loads(line)) for line in fh if line.strip()]
 
 
 @dataclass(frozen=True)
@@ -340,37 +297,61 @@ def rasterize_pdfs(
 
 def bench_jobs(bench_dir: str | Path, pages_root: str | Path) -> list[PdfJob]:
     """One :class:`PdfJob` per PDF of a bench folder, its pages under ``pages_root/<stem>/``."""
-    from olmpipe.layout import clean_dir, page_dir_for, pdf_files, pdf_path_for
+    from olmpipe.benchdirs import clean_dir, pdf_files, pdf_path_for
+    from olmpipe.layout import page_dir_for
 
     return [PdfJob(pdf_path_for(bench_dir, stem, pdf_id), pdf_id, str(page_dir_for(stem, root=pages_root)),
                    clean_dir(bench_dir))
             for stem, pdf_id in pdf_files(bench_dir).items()]
 
 
+def rasterize_benches(
+    benches: Sequence[tuple[str | Path, str | Path]],
+    manifest_path: str | Path,
+    *,
+    longest_side: int,
+    on_error: OnError,
+    code: str | None,
+    workers: int = 1,
+) -> list[PdfManifest]:
+    """The rasterize stage: render every PDF of each ``(bench folder, page root)`` into
+    ``<page root>/<pdf stem>/`` (:func:`rasterize_pdfs`) and join the manifests into ``manifest_path``.
+
+    What the rule ``rasterize`` and ``olmpipe rasterize`` both run.
+    """
+    jobs = [job for bench_dir, pages_root in benches for job in bench_jobs(bench_dir, pages_root)]
+    rasterize_pdfs(jobs, longest_side=longest_side, on_error=on_error, code=code, workers=workers)
+    return merge_manifests([job.out_dir for job in jobs], manifest_path)
+
+
 def rasterize_bench(
     bench_dir: str | Path, out_dir: str | Path, *, longest_side: int, on_error: OnError, workers: int = 1
 ) -> list[PdfManifest]:
-    """Render every PDF of a bench folder into ``out_dir/pages/<pdf>/`` and write ``out_dir/manifest.jsonl``.
+    """Render every PDF of one bench folder into ``out_dir/pages/<pdf>/`` and write ``out_dir/manifest.jsonl``.
 
     The same layout, code version and reuse as the Snakemake rule ``rasterize``, without Snakemake.
     """
     from olmpipe.codeversion import rule_code_version
+    from olmpipe.layout import MAIN_PAGES
 
     out_dir = Path(out_dir)
-    jobs = bench_jobs(bench_dir, out_dir / "pages")
-    rasterize_pdfs(jobs, longest_side=longest_side, on_error=on_error, code=rule_code_version("rasterize"),
-                   workers=workers)
-    return merge_manifests([job.out_dir for job in jobs], out_dir / "manifest.jsonl")
+    return rasterize_benches([(bench_dir, out_dir / MAIN_PAGES)], out_dir / MERGED_MANIFEST_NAME,
+                             longest_side=longest_side, on_error=on_error, code=rule_code_version("rasterize"),
+                             workers=workers)
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Command line: render a bench folder (all PDFs, or those given with ``--pdf``)."""
+    """Command line: render the benches of the config as the workflow does, or one bench folder."""
+    from olmpipe.benchdirs import BenchLayoutError, benches
+    from olmpipe.codeversion import rule_code_version
     from olmpipe.config import ConfigError, load_config
-    from olmpipe.layout import BenchLayoutError
+    from olmpipe.layout import MAIN_PAGES, RASTERIZE_DIR, stage_config
 
     parser = argparse.ArgumentParser(prog="olmpipe rasterize", description=__doc__.split("\n\n")[0])
-    parser.add_argument("bench_dir", nargs="?", help="bench folder (default: bench.dir of the config)")
-    parser.add_argument("--out", default="results/rasterize", help="output folder (default: %(default)s)")
+    parser.add_argument("bench_dir", nargs="?",
+                        help="one bench folder (default: the benches of the config, as the workflow reads them: "
+                             "bench.dir and bench.eval_dir, or with synth.enabled the synthetic bench and the real one)")
+    parser.add_argument("--out", default=str(RASTERIZE_DIR), help="output folder (default: %(default)s)")
     parser.add_argument("--config", help="config YAML whose rasterize section gives the defaults")
     parser.add_argument("--longest-side", type=int, help="longest side in pixels (overrides the config)")
     parser.add_argument("--on-error", choices=["error", "skip"], help="overrides rasterize.on_error")
@@ -380,17 +361,24 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(levelname)s %(name)s: %(message)s")
     try:
-        cfg = load_config(args.config)
+        cfg = stage_config(load_config(args.config))
     except ConfigError as exc:
         logger.error("%s", exc)
         return 2
-    bench_dir = args.bench_dir or cfg["bench"]["dir"]
+    out = Path(args.out)
+    if args.bench_dir:
+        pairs = [(args.bench_dir, out / MAIN_PAGES)]
+    else:
+        pairs = [(bench.dir, out / bench.pages) for bench in benches(cfg)]
     longest_side = args.longest_side or cfg["rasterize"]["longest_side"]
     on_error = args.on_error or cfg["rasterize"]["on_error"]
     try:
-        rasterize_bench(bench_dir, args.out, longest_side=longest_side, on_error=on_error, workers=args.workers)
+        rasterize_benches(pairs, out / MERGED_MANIFEST_NAME, longest_side=longest_side, on_error=on_error,
+                          code=rule_code_version("rasterize"), workers=args.workers)
     except (RasterizeError, FileNotFoundError, BenchLayoutError) as exc:
-        logger.error("%s", exc)
+        hint = ("; synth.enabled trains on the synthetic bench: build it first (olmpipe synth build, or "
+                "snakemake synth)") if cfg["synth"]["enabled"] and not args.bench_dir else ""
+        logger.error("%s%s", exc, hint)
         return 1
     return 0
 

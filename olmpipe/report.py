@@ -7,9 +7,15 @@ table (overall, per test type, per JSONL category), the plots, the guards, the d
 (page image next to both outputs, with each test's verdict), the run configuration and the
 software versions.
 
+    olmpipe report                      # the workflow's files (olmpipe.layout), seeds of the config
     python -m olmpipe.report --comparison results/evaluate/comparison.json \\
         --plots results/report/plots --pages results/validate/pages.jsonl \\
         --tests results/validate/tests --out results/report/index.html
+
+The reward plot reads each seed's ``results/train/seed<n>/model.metrics.jsonl``, from the workflow
+(rule ``report_plots``) and from this command alike: the copy of the run's metrics written with its
+final model, so the curves end at the weights that went into the soup. The live ``metrics.jsonl``
+beside the checkpoints may belong to a run that is still going, was preempted or was restarted.
 """
 
 from __future__ import annotations
@@ -34,9 +40,11 @@ import yaml
 
 from olmpipe.bench.describe import describe_tests
 from olmpipe.compare import ComparisonError, read_comparison
+from olmpipe.layout import DIFFICULTY_DROPPED
 from olmpipe.records.generations import GENERATIONS_NAME, read_generations
 from olmpipe.records.metrics import read_metrics
 from olmpipe.records.pages import read_page_index
+from olmpipe.records.scores import read_pipeline_counts
 from olmpipe.report_html import CSS, PAGE_TEMPLATE
 
 log = logging.getLogger(__name__)
@@ -198,8 +206,6 @@ def _generation_section(baseline_dir: str | Path | None, trained_dir: str | Path
     kept answers made from a rotated image (by angle), last valid answers kept although their
     rotation flag stayed false, and fallback pages (scored with the fallback text).
     """
-    from olmpipe.eval_run import read_pipeline_counts
-
     runs = [("baseline", baseline_dir), ("trained", trained_dir)]
     counts = [(name, read_pipeline_counts(d) if d else None) for name, d in runs]
     if not any(c for _, c in counts):
@@ -276,8 +282,8 @@ def _difficulty_section(difficulty: Mapping[str, Any] | None, metrics: Mapping[s
                 f"{body}</table>")
 
     return (table + "<h3>Dropped per JSONL file and test type</h3><p class='muted'>A page counts under every "
-            "JSONL file and test type it has tests of; the pages are listed with their reason in "
-            "results/difficulty/dropped.jsonl.</p>" + by("by_jsonl", "JSONL file") + by("by_type", "test type")
+            f"JSONL file and test type it has tests of; the pages are listed with their reason in "
+            f"{DIFFICULTY_DROPPED}.</p>" + by("by_jsonl", "JSONL file") + by("by_type", "test type")
             + training)
 
 
@@ -434,26 +440,36 @@ def write_report(out: str | Path, **kwargs: Any) -> Path:
 def main(argv: list[str] | None = None) -> int:
     """``python -m olmpipe.report``: plots + HTML report from an existing comparison."""
     from olmpipe.config import load_config
-    from olmpipe.layout import DIFFICULTY_FILTER
+    from olmpipe.layout import (
+        COMPARISON_JSON,
+        DIFFICULTY_FILTER,
+        PAGE_INDEX,
+        PLOTS_DIR,
+        REPORT_HTML,
+        VALIDATED_TESTS,
+        final_metrics,
+        train_run_dir,
+    )
     from olmpipe.plots import write_plots
     from olmpipe.records.difficulty import read_summary
 
     parser = argparse.ArgumentParser(prog="olmpipe report", description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", default=None, help="config YAML (default config/config.yaml)")
-    parser.add_argument("--comparison", default="results/evaluate/comparison.json")
+    parser.add_argument("--comparison", default=str(COMPARISON_JSON), help="default: %(default)s")
     parser.add_argument(
         "--metrics",
         nargs="*",
         default=None,
-        help="training metrics.jsonl files (default results/train/seed*/metrics.jsonl)",
+        help=f"training metrics files (default: {final_metrics(train_run_dir('<seed>'))} of each of the "
+        "config's train.seeds, as the workflow reads them)",
     )
-    parser.add_argument("--plots", default="results/report/plots", help="folder the PNGs are written to")
-    parser.add_argument("--pages", default="results/validate/pages.jsonl", help="page index (page images)")
-    parser.add_argument("--tests", default="results/validate/tests", help="validated test files")
+    parser.add_argument("--plots", default=str(PLOTS_DIR), help="folder the PNGs are written to (default: %(default)s)")
+    parser.add_argument("--pages", default=str(PAGE_INDEX), help="page index (page images; default: %(default)s)")
+    parser.add_argument("--tests", default=str(VALIDATED_TESTS), help="validated test files (default: %(default)s)")
     parser.add_argument("--difficulty", default=None,
-                        help="the difficulty filter's filter.json (default: results/difficulty/filter.json "
+                        help=f"the difficulty filter's counts (default: {DIFFICULTY_FILTER} "
                              "with train.difficulty.enabled)")
-    parser.add_argument("--out", default="results/report/index.html")
+    parser.add_argument("--out", default=str(REPORT_HTML), help="default: %(default)s")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     try:
@@ -461,7 +477,7 @@ def main(argv: list[str] | None = None) -> int:
         comparison = read_comparison(args.comparison)
         metrics = args.metrics
         if metrics is None:
-            metrics = sorted(str(p) for p in Path("results/train").glob("seed*/metrics.jsonl"))
+            metrics = [final_metrics(train_run_dir(seed)) for seed in cfg["train"]["seeds"]]
         labelled = {Path(m).parent.name: m for m in metrics}
         plots = write_plots(comparison, labelled, args.plots)
         difficulty = args.difficulty or (str(DIFFICULTY_FILTER) if cfg["train"]["difficulty"]["enabled"] else None)

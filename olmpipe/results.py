@@ -19,17 +19,26 @@ readers (:func:`read_verdicts`, ...) take one run folder or file. A malformed li
 
 from __future__ import annotations
 
-import re
 from functools import cached_property
 from pathlib import Path
 
 import pandas as pd
 
+from olmpipe.layout import (
+    BASELINE_DIR,
+    COMPARISON_JSON,
+    DIFFICULTY_DIR,
+    EVALUATE_DIR,
+    RESULTS,
+    TRAIN_DIR,
+    in_results,
+    seed_of,
+)
 from olmpipe.records import completions, difficulty, generations, metrics, verdicts
-from olmpipe.records.comparison import COMPARISON_JSON_NAME
 from olmpipe.records.comparison import read_comparison as read_comparison_json
 
-_SEED_DIR = re.compile(r"^seed(\d+)$")
+#: The scored run folders' stages: (``stage`` column, folder under the results folder).
+_SCORED = (("baseline", in_results(BASELINE_DIR)), ("evaluate", in_results(EVALUATE_DIR)))
 
 
 def read_verdicts(run_dir: str | Path) -> pd.DataFrame:
@@ -102,21 +111,21 @@ def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
 class Results:
     """The records of one results folder as DataFrames, each read on first use (see the module docstring)."""
 
-    def __init__(self, root: str | Path = "results") -> None:
+    def __init__(self, root: str | Path = RESULTS) -> None:
         self.root = Path(root)
         if not self.root.is_dir():
             raise FileNotFoundError(f"{self.root}: no such results folder (run the workflow, or give its path)")
 
     def scored_runs(self) -> list[tuple[str, str, Path]]:
         """(stage, model, folder) of every scored run: ``baseline/<model>/`` and ``evaluate/<model>/``."""
-        return [(stage, folder.name, folder) for stage in ("baseline", "evaluate")
-                for folder in sorted((self.root / stage).glob(f"*/{verdicts.VERDICTS_NAME}"))
+        return [(stage, folder.name, folder) for stage, runs in _SCORED
+                for folder in sorted((self.root / runs).glob(f"*/{verdicts.VERDICTS_NAME}"))
                 for folder in [folder.parent]]
 
     def train_runs(self) -> list[tuple[int, Path]]:
         """(seed, folder) of every training run folder ``train/seed<n>/``, by seed."""
-        found = [(int(m[1]), d) for d in (self.root / "train").glob("seed*") if (m := _SEED_DIR.match(d.name))]
-        return sorted(found)
+        train = self.root / in_results(TRAIN_DIR)
+        return sorted((seed, d) for d in train.glob("*") if (seed := seed_of(d)) is not None)
 
     def _scored(self, reader) -> pd.DataFrame:
         return _concat([reader(folder).assign(stage=stage, model=model)
@@ -146,15 +155,15 @@ class Results:
     @cached_property
     def difficulty(self) -> pd.DataFrame:
         """The difficulty stage's per-page statistics with the filter's reason (empty before the stage)."""
-        return read_difficulty(self.root / "difficulty")
+        return read_difficulty(self.root / in_results(DIFFICULTY_DIR))
 
     @cached_property
     def comparison(self) -> pd.DataFrame:
         """The trained-vs-baseline score rows (empty before the evaluate stage)."""
-        path = self.root / "evaluate" / COMPARISON_JSON_NAME
+        path = self.root / in_results(COMPARISON_JSON)
         return read_comparison(path) if path.exists() else pd.DataFrame()
 
 
-def load_results(root: str | Path = "results") -> Results:
+def load_results(root: str | Path = RESULTS) -> Results:
     """The results folder ``root`` (the workflow's ``results/``) as DataFrames: see :class:`Results`."""
     return Results(root)

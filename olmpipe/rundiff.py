@@ -18,26 +18,26 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from olmpipe.layout import BASELINE_DIR, COMPARISON_JSON, EVALUATE_DIR, PAGE_INDEX, in_results, train_run_dir
 from olmpipe.records.files import iter_jsonl
+from olmpipe.records.generations import GENERATIONS_NAME
+from olmpipe.records.metrics import METRICS_JSONL
+from olmpipe.records.scores import SCORES_JSON_NAME, SUMMARY_NAME
+from olmpipe.records.verdicts import VERDICTS_NAME
 
 #: Keys whose values measure time, at any depth, never compared: a metrics row's ``time`` and
 #: ``step_time``, a generation's (and each attempt's) ``seconds``, a summary's throughput figures.
 IGNORED_KEYS = frozenset({"time", "step_time", "seconds", "generation_seconds", "model_seconds", "pages_per_s"})
 #: Files compared, as globs under the results folder; ``settings`` is ignored in generations only.
+_RUNS = (f"{in_results(BASELINE_DIR)}/*", f"{in_results(EVALUATE_DIR)}/*")
 JSONL_FILES = (
-    "validate/pages.jsonl",
-    "baseline/*/generations.jsonl",
-    "baseline/*/verdicts.jsonl",
-    "evaluate/*/generations.jsonl",
-    "evaluate/*/verdicts.jsonl",
-    "train/seed*/metrics.jsonl",
+    in_results(PAGE_INDEX),
+    *(f"{run}/{name}" for run in _RUNS for name in (GENERATIONS_NAME, VERDICTS_NAME)),
+    f"{in_results(train_run_dir('*'))}/{METRICS_JSONL}",
 )
 JSON_FILES = (
-    "baseline/*/scores.json",
-    "baseline/*/summary.json",
-    "evaluate/*/scores.json",
-    "evaluate/*/summary.json",
-    "evaluate/comparison.json",
+    *(f"{run}/{name}" for run in _RUNS for name in (SCORES_JSON_NAME, SUMMARY_NAME)),
+    in_results(COMPARISON_JSON),
 )
 
 
@@ -95,7 +95,7 @@ def compare_results(before: str | Path, after: str | Path, *, limit: int = 50) -
                 if not (a.is_file() and b.is_file()):
                     found.append(Difference(name, "file", a.is_file(), b.is_file()))
                     continue
-                ignored = IGNORED_KEYS | ({"settings"} if name.endswith("generations.jsonl") else set())
+                ignored = IGNORED_KEYS | ({"settings"} if name.endswith(GENERATIONS_NAME) else set())
                 x, y = _strip(_read(a, jsonl), ignored), _strip(_read(b, jsonl), ignored)
                 if jsonl and len(x) != len(y):
                     found.append(Difference(name, "line count", len(x), len(y)))

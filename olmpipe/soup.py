@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from olmpipe.records.files import publish_dir, staging_dir, write_json
+from olmpipe.records.models import SOUP_INFO_NAME, TRAIN_INFO_NAME
 
 logger = logging.getLogger(__name__)
 
@@ -103,7 +104,7 @@ def soup(model_dirs: Sequence[str | Path], out_dir: str | Path, *, dtype: str = 
         _check_same_tensors(dirs, maps)
         weight_files = set(maps[0].values()) | ({INDEX} if (dirs[0] / INDEX).exists() else set())
         # not the first seed's own records (olmpipe.train.run: its summary and its metrics copy)
-        _copy_tree(dirs[0], tmp, skip=weight_files | {"olmpipe_train.json"})
+        _copy_tree(dirs[0], tmp, skip=weight_files | {TRAIN_INFO_NAME})
         handles = {}
         try:
             for file in sorted(set(maps[0].values())):
@@ -131,7 +132,7 @@ def soup(model_dirs: Sequence[str | Path], out_dir: str | Path, *, dtype: str = 
             handles.clear()
         if (dirs[0] / INDEX).exists():
             _write_index(tmp, dirs[0])
-    write_json(tmp / "olmpipe_soup.json", {"inputs": [str(d) for d in dirs], "dtype": dtype, "method": "float32 mean"})
+    write_json(tmp / SOUP_INFO_NAME, {"inputs": [str(d) for d in dirs], "dtype": dtype, "method": "float32 mean"})
     publish_dir(tmp, out_dir)
     return out_dir
 

@@ -31,6 +31,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from olmpipe.modelload import CHAT_TEMPLATE, image_only_processor_class
+from olmpipe.records.models import TINY_SPEC_NAME
 
 logger = logging.getLogger(__name__)
 
@@ -230,7 +231,7 @@ def build_tiny_model(
     )
     model.save_pretrained(out)
     processor.save_pretrained(out)
-    (out / "olmpipe_tiny.json").write_text(json.dumps(asdict(spec), indent=2) + "\n", encoding="utf-8")
+    (out / TINY_SPEC_NAME).write_text(json.dumps(asdict(spec), indent=2) + "\n", encoding="utf-8")
     n_params = sum(p.numel() for p in model.parameters())
     logger.info("built tiny Qwen2.5-VL (%d parameters) in %s", n_params, out)
     return out

@@ -40,9 +40,17 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, Literal
 
-from olmpipe.layout import Bench, bench_test_files, benches, clean_dir
-from olmpipe.rasterize import PdfManifest, read_merged_manifest
-from olmpipe.records.pages import PAGE_INDEX_NAME, PageEntry, write_page_index
+from olmpipe.benchdirs import Bench, bench_test_files, benches, clean_dir
+from olmpipe.layout import (
+    BENCH_TESTS_GLOB,
+    MANIFEST,
+    VALIDATE_DIR,
+    VALIDATE_REPORT,
+    stage_config,
+    validate_outputs,
+)
+from olmpipe.records.manifest import PdfManifest, read_merged_manifest
+from olmpipe.records.pages import PageEntry, write_page_index
 from olmpipe.split import split_pdfs
 
 logger = logging.getLogger(__name__)
@@ -222,7 +230,7 @@ def validate_benches(
             continue
         files = bench_test_files(bench.dir)
         if not files:
-            problems.append(Problem(bench.dir, None, None, "no *.jsonl test files in the bench folder"))
+            problems.append(Problem(bench.dir, None, None, f"no {BENCH_TESTS_GLOB} test files in the bench folder"))
         for file_path in files:
             name = Path(file_path).name
             out_name = name if bench.role == "main" else f"eval/{name}"
@@ -336,18 +344,18 @@ def write_outputs(result: ValidationResult, *, tests_dir: str | Path, report_pat
     except OSError as exc:
         raise OutputError(f"cannot write the validate outputs in {parent}: {exc.strerror or exc}") from exc
     try:
-        new_tests = staging / "tests"
+        new_tests = staging / tests_dir.name
         new_tests.mkdir()
         for out_name, lines in result.kept.items():
             target = new_tests / out_name
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
-        (staging / "report.json").write_text(json.dumps(result.report(settings), indent=1) + "\n", encoding="utf-8")
-        write_page_index(staging / PAGE_INDEX_NAME, result.pages)
+        new_report, new_pages = staging / report_path.name, staging / pages_path.name
+        new_report.write_text(json.dumps(result.report(settings), indent=1) + "\n", encoding="utf-8")
+        write_page_index(new_pages, result.pages)
         for target in (tests_dir, report_path, pages_path):
             target.parent.mkdir(parents=True, exist_ok=True)
-        _move_into_place(staging, [(new_tests, tests_dir), (staging / "report.json", report_path),
-                                   (staging / PAGE_INDEX_NAME, pages_path)])
+        _move_into_place(staging, [(new_tests, tests_dir), (new_report, report_path), (new_pages, pages_path)])
     except OSError as exc:
         if not isinstance(exc, _Stranded):  # else the previous outputs wait in the staging folder
             shutil.rmtree(staging, ignore_errors=True)
@@ -403,7 +411,7 @@ def summary(result: ValidationResult, *, limit: int | None = None) -> str:
     shown = result.problems if limit is None else result.problems[:limit]
     lines += [f"  {p}" for p in shown]
     if len(shown) < len(result.problems):
-        lines.append(f"  ... and {len(result.problems) - len(shown)} more (see report.json)")
+        lines.append(f"  ... and {len(result.problems) - len(shown)} more (see {VALIDATE_REPORT.name})")
     return "\n".join(lines)
 
 
@@ -430,7 +438,7 @@ def run_validate(
     if result.fatal:
         logger.error("validation failed: %s", text)
         raise ValidationFailed(
-            f"{len(result.fatal)} problem(s) that no setting lets through (see report.json for all "
+            f"{len(result.fatal)} problem(s) that no setting lets through (see {VALIDATE_REPORT.name} for all "
             f"{len(result.problems)}):\n" + "\n".join(f"  {p}" for p in result.fatal[:20])
         )
     if result.problems and vcfg["on_invalid"] == "error":
@@ -449,8 +457,8 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(prog="olmpipe validate", description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", help="config YAML (default config/config.yaml)")
-    parser.add_argument("--manifest", default="results/rasterize/manifest.jsonl", help="default: %(default)s")
-    parser.add_argument("--out", default="results/validate", help="output folder (default: %(default)s)")
+    parser.add_argument("--manifest", default=str(MANIFEST), help="default: %(default)s")
+    parser.add_argument("--out", default=str(VALIDATE_DIR), help="output folder (default: %(default)s)")
     parser.add_argument("--on-invalid", choices=["error", "drop"], help="overrides validate.on_invalid")
     parser.add_argument("--no-check-math", action="store_true", help="skip the KaTeX render check")
     args = parser.parse_args(argv)
@@ -461,17 +469,18 @@ def main(argv: list[str] | None = None) -> int:
     if args.no_check_math:
         overrides["validate"]["check_math"] = False
     try:
-        cfg = load_config(args.config, overrides)
+        # the benches the workflow reads (synth.enabled trains on the synthetic bench)
+        cfg = stage_config(load_config(args.config, overrides))
     except ConfigError as exc:
         logger.error("%s", exc)
         return 2
-    out = Path(args.out)
     if not Path(args.manifest).is_file():
         logger.error("%s: no rasterize manifest; run `olmpipe rasterize` first (or give --manifest)", args.manifest)
         return 1
     try:
-        run_validate(cfg, manifest_path=args.manifest, tests_dir=out / "tests",
-                     report_path=out / "report.json", pages_path=out / "pages.jsonl")
+        outputs = validate_outputs(args.out)
+        run_validate(cfg, manifest_path=args.manifest, tests_dir=outputs["tests"], report_path=outputs["report"],
+                     pages_path=outputs["pages"])
     except (ValidationFailed, OutputError) as exc:
         logger.error("%s", exc)
         return 1

@@ -12,12 +12,13 @@ from olmpipe.baseline import main
 from olmpipe.config import load_config
 from olmpipe.eval_run import (
     EvalRunError,
-    candidate_name,
     load_eval_tests,
     load_page_index,
     run_generation_and_scoring,
 )
 from olmpipe.generate.base import Completion, GenerationBackend
+from olmpipe.records.candidates import candidate_name
+from olmpipe.records.scores import read_pipeline_counts
 
 ANSWER = (
     "---\nprimary_language: en\nis_rotation_valid: True\nrotation_correction: 0\nis_table: False\n"
@@ -460,8 +461,6 @@ def test_pipeline_mode_retries_rotated_pages_and_counts_them(stage):
     counts = json.loads((out / "summary.json").read_text())["pipeline"]
     assert counts["rotation_retried"] == 2 and counts["rotated_by_angle"] == {"90": 2}
     assert counts["fallback"] == 1 and counts["accepted"] == 5 and summary.pipeline == counts
-    from olmpipe.eval_run import read_pipeline_counts
-
     assert read_pipeline_counts(out) == counts
     again = TurnedPageBackend()
     run(stage, again, generation=PIPELINE_ON)  # finished pipeline pages are reused, fallbacks included
@@ -475,7 +474,7 @@ def test_pipeline_mode_off_keeps_records_summary_and_fingerprint(stage):
     out = stage[3]
     assert "pipeline" not in json.loads((out / "summary.json").read_text())
     assert all("pipeline" not in json.loads(line) for line in (out / "generations.jsonl").open())
-    assert not (out / "rotated").exists() and baseline.read_pipeline_counts(out) is None
+    assert not (out / "rotated").exists() and read_pipeline_counts(out) is None
     cfg = stage[0]["generation"]
     off = baseline.run_fingerprint(cfg, "m")
     assert off == baseline.settings_fingerprint(

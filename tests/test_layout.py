@@ -1,4 +1,5 @@
-"""Tests of olmpipe.layout: bench discovery and result paths (and the bench layout errors in Snakemake)."""
+"""Tests of olmpipe.benchdirs and olmpipe.layout: bench discovery and result paths (and the bench
+layout errors in Snakemake)."""
 
 from __future__ import annotations
 
@@ -8,20 +9,39 @@ import shutil
 import pytest
 from benchdata import REPO, SAMPLE, make_blank_pdf
 
-from olmpipe.config import validate_config
-from olmpipe.layout import (
-    SOUP_MODEL_DIR,
+from olmpipe.benchdirs import (
     BenchLayoutError,
-    baseline_run_dir,
     bench_test_files,
     benches,
     discover_pdfs,
-    evaluate_run_dir,
-    model_dir,
-    model_input,
     page_dirs,
     pdf_files,
     pdf_path_for,
+)
+from olmpipe.config import validate_config
+from olmpipe.layout import (
+    COMPARISON_JSON,
+    MANIFEST,
+    PAGE_INDEX,
+    REPORT_HTML,
+    SOUP_MODEL_DIR,
+    TINY_MODEL_DIR,
+    VALIDATE_REPORT,
+    SynthLayout,
+    baseline_run_dir,
+    bench_section,
+    eval_run_files,
+    evaluate_run_dir,
+    final_metrics,
+    final_model_dir,
+    in_results,
+    model_dir,
+    model_input,
+    plot_path,
+    seed_of,
+    stage_config,
+    train_run_dir,
+    validate_outputs,
 )
 
 
@@ -70,8 +90,54 @@ def test_run_folders_of_the_two_generation_stages():
     cfg = validate_config({"model": {"name": "qwen"}})
     assert (baseline_run_dir(cfg), evaluate_run_dir(cfg)) == ("results/baseline/qwen", "results/evaluate/qwen")
     assert str(SOUP_MODEL_DIR) == "results/train/soup/model"
-    # the soup rule writes where the evaluate CLI reads by default
-    assert f'model=directory("{SOUP_MODEL_DIR}")' in (REPO / "workflow" / "rules" / "train.smk").read_text()
+    # the soup rule writes where the evaluate CLI reads by default: both take it from olmpipe.layout
+    assert "model=directory(str(SOUP_MODEL_DIR))" in (REPO / "workflow" / "rules" / "train.smk").read_text()
+
+
+def test_result_paths_of_every_stage():
+    assert str(MANIFEST) == "results/rasterize/manifest.jsonl"
+    assert validate_outputs() == {"tests": "results/validate/tests", "report": str(VALIDATE_REPORT),
+                                  "pages": str(PAGE_INDEX)}
+    assert validate_outputs("out/v")["pages"] == "out/v/pages.jsonl"
+    run = train_run_dir(3)
+    assert (run, final_model_dir(run), final_metrics(run)) == (
+        "results/train/seed3", "results/train/seed3/model", "results/train/seed3/model.metrics.jsonl")
+    assert (seed_of(run), seed_of("results/train/soup"), seed_of("results/train/seed3.old-1")) == (3, None, None)
+    assert eval_run_files("results/baseline/m") == {
+        "candidate": "results/baseline/m/candidate", "generations": "results/baseline/m/generations.jsonl",
+        "verdicts": "results/baseline/m/verdicts.jsonl", "scores": "results/baseline/m/scores.json",
+        "scores_csv": "results/baseline/m/scores.csv", "summary": "results/baseline/m/summary.json"}
+    assert in_results(COMPARISON_JSON) == "evaluate/comparison.json"
+    assert plot_path("rewards") == "results/report/plots/rewards.png" and str(REPORT_HTML).endswith("index.html")
+    synth = SynthLayout("elsewhere")
+    assert (synth.html, synth.html_journal, synth.bench, synth.report) == (
+        "elsewhere/html", "elsewhere/html-journal.jsonl", "elsewhere/bench", "elsewhere/report.json")
+
+
+def test_bench_section_is_the_same_applied_once_or_twice():
+    cfg = validate_config({"bench": {"dir": "real"}, "synth": {"enabled": True}})
+    once = stage_config(cfg)
+    assert (once["bench"]["dir"], once["bench"]["eval_dir"]) == (SynthLayout().bench, "real")
+    assert bench_section(once) == once["bench"] and cfg["bench"]["dir"] == "real"
+
+
+def test_the_rules_write_the_paths_of_olmpipe_layout(tmp_path):
+    """A dry run of `train` lists the outputs olmpipe.layout names (the CLIs' defaults)."""
+    from benchdata import make_small_bench
+    from test_workflow_reruns import snakemake, write_config
+
+    write_config(tmp_path)
+    make_small_bench(tmp_path / "bench", pdfs=("earnings.pdf",))
+    out = snakemake(tmp_path, "-n", "train", "--printshellcmds")
+    text = out.stdout + out.stderr
+    outputs = {path.strip().rstrip(",") for line in text.splitlines() if line.strip().startswith("output:")
+               for path in line.split(":", 1)[1].split(",")}
+    cfg = validate_config({})
+    expected = {str(MANIFEST), *validate_outputs().values(), str(TINY_MODEL_DIR), str(SOUP_MODEL_DIR),
+                str(COMPARISON_JSON), str(REPORT_HTML), plot_path("rewards"),
+                *eval_run_files(baseline_run_dir(cfg)).values(), *eval_run_files(evaluate_run_dir(cfg)).values(),
+                final_model_dir(train_run_dir(0)), final_metrics(train_run_dir(0))}
+    assert expected <= outputs, sorted(expected - outputs)
 
 
 def test_missing_bench_folder_says_so(tmp_path):

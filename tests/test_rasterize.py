@@ -19,17 +19,16 @@ from hypothesis import strategies as st
 from PIL import Image
 
 from olmpipe.rasterize import (
-    MANIFEST_NAME,
     PdfJob,
     RasterizeError,
     main,
     merge_manifests,
     rasterize_pdf,
     rasterize_pdfs,
-    read_manifest,
-    read_merged_manifest,
     scale_for,
 )
+from olmpipe.records.manifest import PDF_MANIFEST_NAME as MANIFEST_NAME
+from olmpipe.records.manifest import read_manifest, read_merged_manifest
 
 
 def test_renders_every_page_at_the_longest_side(tmp_path):

@@ -257,3 +257,31 @@ def test_difficulty_section_off_and_on(setup, tmp_path):
     assert "<tr><td>math</td><td>2</td><td>1</td><td>50.0%</td></tr>" in on
     assert "84 &rarr; 56 (28 saved, 28 per page)" in on
     assert "33.3% &rarr; 0.0% of the kept pages" in on
+
+
+def test_main_reads_each_configured_seeds_final_metrics_as_the_workflow_does(setup, tmp_path, monkeypatch):
+    """Without --metrics, `olmpipe report` plots results/train/seed<n>/model.metrics.jsonl of the
+    config's seeds, the file rule report_plots declares; not the live metrics.jsonl beside the
+    checkpoints (a run going on, preempted or restarted) nor seed folders the config does not name."""
+    from olmpipe import plots as plots_mod
+    from olmpipe.layout import final_metrics, train_run_dir
+
+    root, comparison, pages, _ = setup
+    monkeypatch.chdir(tmp_path)
+    for seed in (0, 7):
+        run = tmp_path / train_run_dir(seed)
+        run.mkdir(parents=True)
+        (run / "metrics.jsonl").write_text(json.dumps({"step": 1, "reward": 0.1}) + "\n")
+    (tmp_path / final_metrics(train_run_dir(0))).write_text(json.dumps({"step": 1, "reward": 0.1}) + "\n")
+    (tmp_path / "c.json").write_text(json.dumps(comparison))
+    (tmp_path / "config.yaml").write_text("train:\n  seeds: [0, 1]\n")
+    seen = {}
+
+    def recording_write_plots(comparison, metrics, out_dir):
+        seen.update(metrics)
+        return {}
+
+    monkeypatch.setattr(plots_mod, "write_plots", recording_write_plots)
+    assert report.main(["--config", "config.yaml", "--comparison", "c.json", "--pages", str(pages),
+                        "--tests", str(root / "bench")]) == 0
+    assert seen == {"seed0": final_metrics(train_run_dir(0)), "seed1": final_metrics(train_run_dir(1))}

@@ -15,7 +15,8 @@ from support.browser import chromium_available
 from support.leftovers import run_marked
 
 from olmpipe.cli import COMMANDS
-from olmpipe.synth.chain import SYNTH_BENCH_DIR, bench_section, stage_params
+from olmpipe.layout import SYNTH_BENCH_DIR, bench_section
+from olmpipe.synth.chain import stage_params
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE = REPO / "data/bench/olmocr-sample"

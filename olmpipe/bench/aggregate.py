@@ -20,7 +20,6 @@ can pick another page's file when the PDF name itself contains ``_pg<N>_``).
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,11 +28,13 @@ import numpy as np
 
 from olmpipe.bench.model import Test, TestLoadError, baseline_tests_for, load_tests
 from olmpipe.bench.run import run_tests
+from olmpipe.benchdirs import bench_test_files
+from olmpipe.layout import BENCH_TESTS_GLOB
+from olmpipe.records.candidates import CANDIDATE_GLOB, parse_candidate_name, pdf_stem
 from olmpipe.records.verdicts import CandidateVerdict
 
 BASELINE_JSONL = "baseline"
 MISSING_REASON = "Missing MD files"
-_REPEAT_FILE = re.compile(r"^(?P<stem>.+)_pg(?P<page>\d+)_repeat(?P<repeat>\d+)\.md$")
 
 TextKey = tuple[str, int, int]  # (pdf, page, repeat)
 
@@ -164,9 +165,9 @@ def load_bench_dir(path: str | Path, *, add_baselines: bool = True) -> BenchDir:
     pdfs = _pdfs_of(path)
     if not pdfs:
         raise FileNotFoundError(f"no PDFs under {path / 'pdfs'}; is {path} an olmOCR-Bench folder?")
-    jsonl_files = sorted(path.glob("*.jsonl"))
+    jsonl_files = [Path(f) for f in bench_test_files(path)]
     if not jsonl_files:
-        raise FileNotFoundError(f"no *.jsonl test files in {path}")
+        raise FileNotFoundError(f"no {BENCH_TESTS_GLOB} test files in {path}")
     tests: list[Test] = []
     seen: dict[str, str] = {}
     for f in jsonl_files:
@@ -188,11 +189,12 @@ def read_candidate(folder: str | Path, pdfs: Iterable[str]) -> dict[TextKey, str
     Files are read as UTF-8 without newline translation; undecodable bytes become U+FFFD.
     """
     folder = Path(folder)
-    by_stem = {pdf[:-4] if pdf.lower().endswith(".pdf") else pdf: pdf for pdf in pdfs}
+    by_stem = {pdf_stem(pdf): pdf for pdf in pdfs}
     texts: dict[TextKey, str] = {}
-    for f in sorted(folder.rglob("*.md")):
-        m = _REPEAT_FILE.match(f.relative_to(folder).as_posix())
-        if not m or m["stem"] not in by_stem:
+    for f in sorted(folder.rglob(CANDIDATE_GLOB)):
+        parsed = parse_candidate_name(f.relative_to(folder).as_posix())
+        if parsed is None or parsed[0] not in by_stem:
             continue
-        texts[(by_stem[m["stem"]], int(m["page"]), int(m["repeat"]))] = f.read_bytes().decode("utf-8", "replace")
+        stem, page, repeat = parsed
+        texts[(by_stem[stem], page, repeat)] = f.read_bytes().decode("utf-8", "replace")
     return texts

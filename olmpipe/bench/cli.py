@@ -25,6 +25,7 @@ from olmpipe.bench.aggregate import (
     score_candidate,
 )
 from olmpipe.bench.model import TestLoadError
+from olmpipe.layout import BENCH_TESTS_GLOB
 from olmpipe.records.files import write_json, write_jsonl
 from olmpipe.records.verdicts import write_verdicts
 
@@ -140,7 +141,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="olmpipe bench", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("score", help="score the candidate folders of an olmOCR-Bench folder")
-    p.add_argument("dir", help="bench folder: pdfs/, *.jsonl, one folder per candidate")
+    p.add_argument("dir", help=f"bench folder: pdfs/, {BENCH_TESTS_GLOB}, one folder per candidate")
     p.add_argument("--candidate", help="score only this candidate folder")
     p.add_argument("--json", help="write {'candidates': {name: {overall, by_type, by_jsonl, ci95}}} here")
     p.add_argument("--failed-out", help="write every failed (test, repeat) verdict with its reason (JSONL)")

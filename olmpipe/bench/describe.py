@@ -10,6 +10,7 @@ import logging
 from pathlib import Path
 
 from olmpipe.bench.model import Test, TestLoadError, load_tests
+from olmpipe.benchdirs import bench_test_files
 
 logger = logging.getLogger(__name__)
 
@@ -50,7 +51,7 @@ def describe_tests(tests_dir: str | Path | None) -> dict[str, str]:
     out: dict[str, str] = {}
     if tests_dir is None or not Path(tests_dir).is_dir():
         return out
-    for path in sorted(Path(tests_dir).glob("*.jsonl")):
+    for path in map(Path, bench_test_files(tests_dir)):
         try:
             tests = load_tests(path)
         except TestLoadError as exc:

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from olmpipe.bench.model import Test, load_tests
 from olmpipe.bench.run import Verdict, micro_macro, run_tests
+from olmpipe.benchdirs import bench_test_files
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +77,7 @@ def load_parity_tests(parity_dir: Path, bench_dir: Path | None = None) -> dict[t
     """Tests of the parity set keyed by (jsonl file name, test id)."""
     bench_dir = bench_dir or parity_dir.parent / "olmocr-sample"
     tests: dict[tuple[str, str], Test] = {}
-    for path in [*sorted(bench_dir.glob("*.jsonl")), parity_dir / "baseline_auto.jsonl"]:
+    for path in [*map(Path, bench_test_files(bench_dir)), parity_dir / "baseline_auto.jsonl"]:
         for t in load_tests(path):
             tests[(path.name, t.id)] = t
     return tests

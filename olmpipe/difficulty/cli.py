@@ -27,7 +27,7 @@ STEPS = ("all", "sample", "filter")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    from olmpipe.layout import DIFFICULTY_DIR, PAGE_INDEX, VALIDATED_TESTS
+    from olmpipe.layout import DIFFICULTY_DIR, PAGE_INDEX, TINY_MODEL_DIR, VALIDATED_TESTS
 
     parser = argparse.ArgumentParser(prog="olmpipe difficulty", description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("step", nargs="?", choices=STEPS, default="all",
@@ -37,7 +37,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     source.add_argument("--config", help="config YAML (default config/config.yaml)")
     source.add_argument("--settings", metavar="JSON",
                         help="config sections as one JSON object, instead of --config (workflow)")
-    parser.add_argument("--model", help="model folder (default: the config's model, results/model/tiny when embedded)")
+    parser.add_argument("--model", help=f"model folder (default: the config's model, {TINY_MODEL_DIR} when embedded)")
     parser.add_argument("--pages", default=str(PAGE_INDEX), help="page index (default: %(default)s)")
     parser.add_argument("--tests", default=str(VALIDATED_TESTS), help="validated tests (default: %(default)s)")
     parser.add_argument("--out", default=str(DIFFICULTY_DIR), help="sampling output folder (default: %(default)s)")

@@ -40,15 +40,16 @@ from pathlib import Path
 from typing import Any
 
 from olmpipe.bench.mathbrowser import BrowserError, BrowserNotFoundError
+from olmpipe.records.candidates import candidate_name
 from olmpipe.records.files import publish_dir, staging_dir, write_json
+from olmpipe.records.synth import INDEX_NAME, REFERENCE_DIR
 from olmpipe.synth.mine import MineLimits
 from olmpipe.synth.pages import TESTS_NAME, PageJob, PageSkipped, PageWorker
 from olmpipe.synth.render import HtmlRenderer, RenderRefused, rotate_pdf
-from olmpipe.synth.source import INDEX_NAME, read_index
+from olmpipe.synth.source import read_index
 
 log = logging.getLogger(__name__)
 
-REFERENCE_DIR = "reference"
 
 
 VISIBLE_DIR = "visible"
@@ -162,7 +163,7 @@ def build_bench(html_dir: str | Path, render_dir: str | Path, out_dir: str | Pat
                                 "reason": "no test survived the checks (is there text on the page?)"})
                 continue
             shutil.copyfile(render_dir / "pdfs" / entry.pdf, tmp / "pdfs" / entry.pdf)
-            (tmp / REFERENCE_DIR / f"{entry.pdf[:-4]}_pg1_repeat1.md").write_text(result.reference + "\n",
+            (tmp / REFERENCE_DIR / candidate_name(entry.pdf, 1, 1)).write_text(result.reference + "\n",
                                                                                encoding="utf-8")
             all_kept += result.kept
             in_bench += 1

@@ -1,35 +1,15 @@
-"""Where the synthetic bench sits in the workflow, and how it feeds the rest of the chain.
+"""The synthetic bench stages in the workflow: the settings each rule carries and how a rule runs one.
 
 With ``synth.enabled`` the workflow trains on the bench ``synth_tests`` writes
-(``results/synth/bench``) and evaluates on the real one: :func:`bench_section` returns the
-``bench`` config section the other stages then read, with ``dir`` set to the synthetic bench and
-``eval_dir`` to the real eval bench (``bench.eval_dir``, or ``bench.dir`` when that is null). With
-a separate eval bench, validate assigns every page of ``dir`` to train and every page of
-``eval_dir`` to eval, so no synthetic page is scored in evaluation and no real page is trained on.
+(``results/synth/bench``) and evaluates on the real one; :func:`olmpipe.layout.bench_section`
+makes that switch, for the workflow and the ``olmpipe`` commands alike. The folders are
+:class:`olmpipe.layout.SynthLayout`.
 """
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping
 from typing import Any
-
-SYNTH_DIR = "results/synth"
-SYNTH_BENCH_DIR = f"{SYNTH_DIR}/bench"
-
-
-def bench_section(cfg: Mapping[str, Any]) -> dict[str, Any]:
-    """The ``bench`` section the stages read: unchanged unless ``synth.enabled``.
-
-    >>> cfg = {"bench": {"dir": "data/bench/x", "eval_dir": None, "split": {}}, "synth": {"enabled": True}}
-    >>> bench_section(cfg)["dir"], bench_section(cfg)["eval_dir"]
-    ('results/synth/bench', 'data/bench/x')
-    """
-    bench = copy.deepcopy(dict(cfg["bench"]))
-    if cfg["synth"]["enabled"]:
-        bench["eval_dir"] = bench["eval_dir"] or bench["dir"]
-        bench["dir"] = SYNTH_BENCH_DIR
-    return bench
 
 
 def stage_params(synth: Mapping[str, Any]) -> dict[str, Any]:

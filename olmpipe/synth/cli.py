@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 import logging
 
-from olmpipe.synth.chain import SYNTH_DIR
+from olmpipe.layout import SYNTH_DIR, SynthLayout
 
 log = logging.getLogger("olmpipe.synth")
 
@@ -25,18 +25,19 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--config", help="config YAML (default: config/config.yaml)")
     parser.add_argument("-v", "--verbose", action="store_true")
     sub = parser.add_subparsers(dest="command", required=True)
+    paths = SynthLayout()
     html = sub.add_parser("html", help="collect (or ask a VLM for) the HTML pages")
-    html.add_argument("--out", default=f"{SYNTH_DIR}/html")
+    html.add_argument("--out", default=paths.html)
     render = sub.add_parser("render", help="print the HTML pages to one-page PDFs in headless Chromium")
-    render.add_argument("--html", default=f"{SYNTH_DIR}/html")
-    render.add_argument("--out", default=f"{SYNTH_DIR}/render")
+    render.add_argument("--html", default=paths.html)
+    render.add_argument("--out", default=paths.render)
     tests = sub.add_parser("tests", help="mine and check tests; write the bench folder and report")
-    tests.add_argument("--html", default=f"{SYNTH_DIR}/html")
-    tests.add_argument("--render", default=f"{SYNTH_DIR}/render")
-    tests.add_argument("--out", default=f"{SYNTH_DIR}/bench")
-    tests.add_argument("--report", default=f"{SYNTH_DIR}/report.json")
+    tests.add_argument("--html", default=paths.html)
+    tests.add_argument("--render", default=paths.render)
+    tests.add_argument("--out", default=paths.bench)
+    tests.add_argument("--report", default=paths.report)
     build = sub.add_parser("build", help="all three stages into --out-root")
-    build.add_argument("--out-root", default=SYNTH_DIR)
+    build.add_argument("--out-root", default=str(SYNTH_DIR))
     return parser
 
 
@@ -62,10 +63,10 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "tests":
             build_bench(args.html, args.render, args.out, args.report, synth)
         else:
-            root = args.out_root
-            collect_html(synth, f"{root}/html")
-            render_pages(f"{root}/html", f"{root}/render", synth)
-            build_bench(f"{root}/html", f"{root}/render", f"{root}/bench", f"{root}/report.json", synth)
+            root = SynthLayout(args.out_root)
+            collect_html(synth, root.html)
+            render_pages(root.html, root.render, synth)
+            build_bench(root.html, root.render, root.bench, root.report, synth)
     except (OSError, ValueError, RuntimeError, BrowserError) as exc:
         log.error("%s", exc)
         return 1

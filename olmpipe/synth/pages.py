@@ -34,11 +34,13 @@ from typing import Self
 from olmpipe.bench.model import TestLoadError, test_from_record
 from olmpipe.bench.run import run_tests
 from olmpipe.prompts import FrontMatter, format_page_output
+from olmpipe.records.synth import (
+    TESTS_NAME,  # the bench's test file (test records are loaded under this name)
+)
 from olmpipe.synth.mine import MineLimits, mine_page
 
 log = logging.getLogger(__name__)
 
-TESTS_NAME = "synth.jsonl"  # the bench's test file (test records are loaded under this name)
 STARTUP_S = 120.0  # a worker that is not up by then (imports) is a failure of the stage, not of a page
 
 

@@ -34,12 +34,13 @@ from typing import Any
 
 from olmpipe.generate.base import FINISH_STOP, PageRequest, Sampling
 from olmpipe.generate.openai_backend import OpenAIBackend
+from olmpipe.layout import SynthLayout
 from olmpipe.rasterize import RasterizeError, rasterize_pdf
 from olmpipe.records.files import file_sha256, publish_dir, staging_dir, write_jsonl
+from olmpipe.records.synth import INDEX_NAME
 
 log = logging.getLogger(__name__)
 
-INDEX_NAME = "index.jsonl"
 
 #: The instruction sent with each page image (olmpipe's own wording; the conventions are those the
 #: miner reads, the same as olmocr 0.4.27's ``generate_html_from_image`` asks for, lines 347-588).
@@ -287,7 +288,7 @@ def collect_html(synth: Mapping[str, Any], out_dir: str | Path, *, journal_path:
                 entry.status, entry.error = "skipped", str(exc)
                 items.append((entry, None))
     else:
-        journal = Path(journal_path) if journal_path else out_dir.with_name("html-journal.jsonl")
+        journal = Path(journal_path or SynthLayout(str(out_dir.parent)).html_journal)
         journal.parent.mkdir(parents=True, exist_ok=True)
         items = _vlm_pages(synth, out_dir.parent, journal, backend)
         for entry, html in items:

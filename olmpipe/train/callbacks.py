@@ -32,6 +32,7 @@ from olmpipe.records.completions import write_completions
 from olmpipe.records.files import write_json
 from olmpipe.records.metrics import append_metrics
 from olmpipe.records.text import completion_text
+from olmpipe.records.train import TRAIN_SUMMARY_NAME
 from olmpipe.train.checkpoints import RUN_STATE_FILE
 
 __all__ = ["EXIT_PREEMPTED", "RUN_STATE_FILE", "CompletionsTable", "MetricsFiles", "RunState", "SignalFlag",
@@ -61,7 +62,7 @@ class MetricsFiles(TrainerCallback):
             return
         if "train_runtime" in logs:  # the end-of-training summary, not a step
             summary = {k: _clean(v) for k, v in logs.items()}
-            write_json(self.run_dir / "train_summary.json", summary)
+            write_json(self.run_dir / TRAIN_SUMMARY_NAME, summary)
             return
         row = {"step": state.global_step, "time": round(time.time(), 3)}
         row.update({k: _clean(v) for k, v in logs.items()})

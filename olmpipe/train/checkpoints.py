@@ -34,11 +34,12 @@ from pathlib import Path
 from typing import Any
 
 from olmpipe.records.files import fsync_tree, write_json
+from olmpipe.records.train import RUN_STATE_NAME
 
 logger = logging.getLogger(__name__)
 
 #: Written last into every checkpoint folder (:func:`commit`); its presence marks a complete save.
-RUN_STATE_FILE = "olmpipe_run.json"
+RUN_STATE_FILE = RUN_STATE_NAME
 TRAINER_STATE_FILE = "trainer_state.json"  # transformers' TRAINER_STATE_NAME
 PREFIX = "checkpoint-"  # transformers' PREFIX_CHECKPOINT_DIR
 #: Files saved with ``torch.save`` (zip archives since torch 1.6) that :func:`problem` checks.

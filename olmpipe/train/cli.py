@@ -24,15 +24,16 @@ import shutil
 import sys
 
 from olmpipe.config import ConfigError, load_config, validate_config
+from olmpipe.layout import PAGE_INDEX, TRAIN_RUN, VALIDATED_TESTS
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="olmpipe train", description="GRPO training of one seed (stage 4).")
     parser.add_argument("--seed", type=int, required=True, help="seed of this run (one of train.seeds)")
     parser.add_argument("--model", required=True, help="base model folder or hub id")
-    parser.add_argument("--pages", required=True, help="page index (results/validate/pages.jsonl)")
-    parser.add_argument("--tests-dir", required=True, help="validated test files (results/validate/tests)")
-    parser.add_argument("--run-dir", required=True, help="run folder (results/train/seed{seed})")
+    parser.add_argument("--pages", required=True, help=f"page index ({PAGE_INDEX})")
+    parser.add_argument("--tests-dir", required=True, help=f"validated test files ({VALIDATED_TESTS})")
+    parser.add_argument("--run-dir", required=True, help=f"run folder ({TRAIN_RUN})")
     parser.add_argument("--final-dir", default=None, help="final model folder (default: RUN_DIR/model)")
     source = parser.add_mutually_exclusive_group()
     source.add_argument("--config", default=None, help="YAML config file (default: config/config.yaml)")

@@ -19,6 +19,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from olmpipe.layout import DIFFICULTY_DROPPED
+from olmpipe.records.candidates import candidate_name
 from olmpipe.records.pages import PAGE_FIELDS
 from olmpipe.records.pages import read_page_index as _read_page_index
 
@@ -71,8 +73,7 @@ def _reference_text(bench_dir: str | None, candidate: str | None, pdf: str, page
     """The reference answer of a page from a candidate folder (olmOCR-Bench layout), if there is one."""
     if not candidate or not bench_dir:
         return None
-    stem = pdf[: -len(".pdf")] if pdf.lower().endswith(".pdf") else pdf
-    path = Path(bench_dir) / candidate / f"{stem}_pg{page}_repeat1.md"
+    path = Path(bench_dir) / candidate / candidate_name(pdf, page, 1)
     return path.read_text(encoding="utf-8", errors="replace") if path.is_file() else None
 
 
@@ -168,7 +169,7 @@ def check_generation_batch(pages: int, generation_batch_size: int, num_generatio
             f"(per_device_train_batch_size x processes x steps_per_generation = {generation_batch_size} "
             f"completions / num_generations {num_generations}): training would stop at step 0. Add train "
             "pages, lower train.grpo.per_device_train_batch_size or steps_per_generation, or loosen "
-            "train.difficulty (see results/difficulty/dropped.jsonl)"
+            f"train.difficulty (see {DIFFICULTY_DROPPED})"
         )
 
 

@@ -23,11 +23,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from olmpipe.layout import TRAIN_RUN
+
 FIELDS_FILE = Path(__file__).with_name("grpo_fields.json")
 
 #: GRPOConfig fields olmpipe sets itself, and where the value comes from.
 OWNED = {
-    "output_dir": "the run folder (results/train/seed{seed})",
+    "output_dir": f"the run folder ({TRAIN_RUN})",
     "seed": "train.seeds", "data_seed": "train.seeds",
     "bf16": "train.dtype", "fp16": "train.dtype", "use_cpu": "train.device",
     "report_to": "train.wandb.mode", "run_name": "the seed's run name",

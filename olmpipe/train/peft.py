@@ -42,10 +42,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from olmpipe.layout import ADAPTER_NAME
+
 logger = logging.getLogger(__name__)
 
 #: The folder beside a seed's final model that holds the trained adapter.
-ADAPTER_DIR = "adapter"
+ADAPTER_DIR = ADAPTER_NAME
 
 
 class PeftSetupError(ValueError):

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from olmpipe.records.train import LOCK_NAME
 from olmpipe.train.checkpoints import RUN_STATE_FILE, checkpoint_step, complete_checkpoints, problem
 
 __all__ = ["RUN_STATE_FILE", "ResumeDecision", "ResumeMismatchError", "checkpoint_step", "checkpoints", "decide",
@@ -119,7 +120,7 @@ def _stored(checkpoint: Path) -> dict[str, Any]:
 
 
 def _has_old_files(run_dir: Path) -> bool:
-    return run_dir.is_dir() and any(p.name != ".olmpipe.lock" for p in run_dir.iterdir())
+    return run_dir.is_dir() and any(p.name != LOCK_NAME for p in run_dir.iterdir())
 
 
 def decide(resume: str, run_dir: str | Path, settings: Mapping[str, Any]) -> ResumeDecision:
@@ -172,7 +173,7 @@ def move_aside(run_dir: str | Path) -> Path | None:
         n += 1
     target.mkdir(parents=True)
     for path in run_dir.iterdir():
-        if path.name != ".olmpipe.lock":
+        if path.name != LOCK_NAME:
             os.replace(path, target / path.name)
     logger.warning("moved the previous run of %s aside to %s", run_dir, target)
     return target

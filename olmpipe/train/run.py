@@ -33,6 +33,8 @@ from typing import Any
 
 from olmpipe.records.files import atomic_write, publish_dir, staging_dir, staging_path, write_json
 from olmpipe.records.metrics import METRICS_JSONL, final_metrics_path, truncate_metrics
+from olmpipe.records.models import TRAIN_INFO_NAME
+from olmpipe.records.train import DATASET_NAME, WANDB_ID_NAME
 from olmpipe.train.callbacks import (
     EXIT_PREEMPTED,
     CompletionsTable,
@@ -48,7 +50,7 @@ __all__ = ["checkpoints", "resolve_resume", "train_seed"]
 
 logger = logging.getLogger(__name__)
 
-WANDB_ID_FILE = "wandb_run_id"
+WANDB_ID_FILE = WANDB_ID_NAME
 
 
 def _rank() -> int:
@@ -146,7 +148,7 @@ def _write_final(save_weights: Callable[[Path], None], processor: Any, final_dir
     save_weights(tmp)
     if is_main:
         processor.save_pretrained(str(tmp))
-        write_json(tmp / "olmpipe_train.json", info)
+        write_json(tmp / TRAIN_INFO_NAME, info)
         publish_dir(tmp, final_dir)
         atomic_write(final_metrics_path(final_dir), metrics.read_text(encoding="utf-8") if metrics.exists() else "")
     barrier()
@@ -212,6 +214,7 @@ def _train_locked(
 ) -> int:
     import torch
 
+    from olmpipe.layout import final_model_dir
     from olmpipe.modelload import load_model_and_processor
     from olmpipe.rewards import build_rewards
     from olmpipe.train.args import grpo_config, grpo_knobs, resolve_device
@@ -229,7 +232,7 @@ def _train_locked(
     )
 
     tcfg, rcfg = cfg["train"], cfg["rewards"]
-    final_dir = Path(final_dir) if final_dir is not None else run_dir / "model"
+    final_dir = Path(final_dir if final_dir is not None else final_model_dir(run_dir))
     device = resolve_device(tcfg["device"])
     # float32 master weights with bf16 compute unless train.pure_bf16 (olmpipe.train.precision)
     precision = resolve_precision(tcfg, device)
@@ -263,7 +266,7 @@ def _train_locked(
         reference_candidate=rcfg["reference_candidate"], max_pages=tcfg["max_pages"],
     )
     if _rank() == 0:
-        (run_dir / "dataset.json").write_text(json.dumps(summary.to_dict(), indent=2) + "\n", encoding="utf-8")
+        (run_dir / DATASET_NAME).write_text(json.dumps(summary.to_dict(), indent=2) + "\n", encoding="utf-8")
     dataset = to_dataset(examples)
     eval_dataset = None
     if knobs.get("eval_strategy", "no") != "no":

@@ -33,10 +33,11 @@ from pathlib import Path
 from typing import Self
 
 from olmpipe.procs import parent_of
+from olmpipe.records.train import LOCK_NAME
 
 logger = logging.getLogger(__name__)
 
-LOCK_FILE = ".olmpipe.lock"
+LOCK_FILE = LOCK_NAME
 
 
 class RunLockedError(RuntimeError):

@@ -1,25 +1,44 @@
 # Helpers shared by all rules. The logic lives in the package (tested like the rest of it):
-# olmpipe.layout (bench folders, result paths) and olmpipe.codeversion (which package code reruns
-# which rule: `params: code=rule_code_version("<rule>")`); this file only binds it to the
-# validated config.
+# olmpipe.benchdirs (the bench folders and their files), olmpipe.layout (every result path: the
+# rules' outputs come from it) and
+# olmpipe.codeversion (which package code reruns which rule:
+# `params: code=rule_code_version("<rule>")`); this file only binds them to the validated config.
 from snakemake.exceptions import WorkflowError
 
+from olmpipe.benchdirs import (
+    BenchLayoutError,
+    bench_test_files,
+    benches,
+    pdf_files,
+    pdf_path_for,
+)
 from olmpipe.codeversion import rule_code_version
 from olmpipe.hubmodel import offline_prefix
 from olmpipe.layout import (
-    BenchLayoutError,
+    COMPARISON_CSV,
+    COMPARISON_JSON,
+    MANIFEST,
+    REPORT_HTML,
+    SOUP_MODEL_DIR,
+    SYNTH_BENCH_DIR,
+    TINY_MODEL_DIR,
+    TRAIN_RUN,
     ModelPathError,
-    benches,
+    SynthLayout,
+    bench_section,
+    eval_run_files,
+    final_metrics,
+    final_model_dir,
     hub_model,
     model_dir,
     model_input,
-    pdf_files,
-    bench_test_files,
+    plot_path,
+    validate_outputs,
 )
-from olmpipe.synth.chain import SYNTH_BENCH_DIR, bench_section
 
 # With synth.enabled, bench.dir becomes the synthetic bench (training) and the real bench the eval
-# bench (olmpipe/synth/chain.py); every rule below reads this bench section.
+# bench (olmpipe.layout.bench_section, which the olmpipe commands apply too); every rule below
+# reads this bench section.
 config["bench"] = bench_section(config)
 
 # Bench folders: bench.dir ("main", pages under results/rasterize/pages/) and, when set,
@@ -62,17 +81,11 @@ def conda_env(gpus):
 
 
 def eval_run_outputs(run):
-    """The outputs of a generate-and-score run folder (olmpipe.eval_run's layout): `run` is
-    results/baseline/<model name> (baseline_generate) or results/evaluate/<model name>
-    (evaluate_generate)."""
-    return {
-        "candidate": directory(f"{run}/candidate"),
-        "generations": f"{run}/generations.jsonl",
-        "verdicts": f"{run}/verdicts.jsonl",
-        "scores": f"{run}/scores.json",
-        "scores_csv": f"{run}/scores.csv",
-        "summary": f"{run}/summary.json",
-    }
+    """The outputs of a generate-and-score run folder (olmpipe.layout.eval_run_files): `run` is
+    the baseline's (baseline_generate) or the trained model's run folder (evaluate_generate).
+    """
+    files = eval_run_files(run)
+    return {**files, "candidate": directory(files["candidate"])}
 
 
 def rasterize_input(wildcards):
@@ -86,5 +99,5 @@ def rasterize_input(wildcards):
             files = pdf_files(checkpoints.synth_tests.get().output.bench)
         else:
             files = PDF_FILES[bench.pages]
-        pdfs += [f"{bench.dir}/pdfs/{pdf}" for pdf in files.values()]
+        pdfs += [pdf_path_for(bench.dir, stem, pdf) for stem, pdf in files.items()]
     return pdfs

@@ -30,9 +30,9 @@ rule evaluate_compare:
         trained_verdicts=rules.evaluate_generate.output.verdicts,
         trained_generations=rules.evaluate_generate.output.generations,
     output:
-        json="results/evaluate/comparison.json",
+        json=str(COMPARISON_JSON),
         csv=report(
-            "results/evaluate/comparison.csv",
+            str(COMPARISON_CSV),
             caption="../report/comparison.rst",
             category="Comparison",
             labels={"table": "baseline vs trained"},

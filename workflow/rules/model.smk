@@ -4,7 +4,7 @@
 
 rule build_model:
     output:
-        model=directory("results/model/tiny"),
+        model=directory(str(TINY_MODEL_DIR)),
     log:
         "logs/build_model/build_model.log",
     conda:

@@ -14,19 +14,19 @@ rule report_plots:
         metrics=TRAIN_SEED_METRICS,
     output:
         rewards=report(
-            "results/report/plots/rewards.png",
+            plot_path("rewards"),
             caption="../report/rewards.rst",
             category="Training",
             labels={"figure": "reward per step"},
         ),
         type_rates=report(
-            "results/report/plots/type_rates.png",
+            plot_path("type_rates"),
             caption="../report/type_rates.rst",
             category="Comparison",
             labels={"figure": "pass rate per type"},
         ),
         page_change=report(
-            "results/report/plots/page_change.png",
+            plot_path("page_change"),
             caption="../report/page_change.rst",
             category="Comparison",
             labels={"figure": "per-page change"},
@@ -63,7 +63,7 @@ rule report_html:
         ),
     output:
         html=report(
-            "results/report/index.html",
+            str(REPORT_HTML),
             caption="../report/index.rst",
             category="Report",
             labels={"page": "olmpipe report"},

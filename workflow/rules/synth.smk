@@ -4,9 +4,11 @@
 # synth.enabled, common.smk points bench.dir at results/synth/bench (training) and keeps the real
 # bench for evaluation; synth_tests is a checkpoint because its PDFs are known only once it has run.
 # Logic: olmpipe/synth/; each rule calls olmpipe.synth.chain.run_stage.
-from olmpipe.synth.chain import SYNTH_DIR, run_stage, source_files, stage_params
+from olmpipe.synth.chain import run_stage, source_files, stage_params
 
 SYNTH = stage_params(config["synth"])
+# results/synth/{html,render,bench,report.json} (olmpipe.layout.SynthLayout)
+SYNTH_PATHS = SynthLayout()
 
 
 rule synth_html:
@@ -14,7 +16,7 @@ rule synth_html:
         # adding or editing a source page reruns the synth stages
         sources=source_files(SYNTH),
     output:
-        html=directory(f"{SYNTH_DIR}/html"),
+        html=directory(SYNTH_PATHS.html),
     log:
         "logs/synth_html/synth_html.log",
     threads: 1
@@ -24,7 +26,7 @@ rule synth_html:
     params:
         synth=SYNTH,
         # not an output: Snakemake would delete it before a rerun (see olmpipe/synth/source.py)
-        journal=f"{SYNTH_DIR}/html-journal.jsonl",
+        journal=SYNTH_PATHS.html_journal,
         code=rule_code_version("synth_html"),
     run:
         run_stage("html", log[0], params.synth, out=output.html, journal=params.journal)
@@ -34,7 +36,7 @@ rule synth_render:
     input:
         html=rules.synth_html.output.html,
     output:
-        render=directory(f"{SYNTH_DIR}/render"),
+        render=directory(SYNTH_PATHS.render),
     log:
         "logs/synth_render/synth_render.log",
     threads: 1
@@ -53,8 +55,8 @@ checkpoint synth_tests:
         html=rules.synth_html.output.html,
         render=rules.synth_render.output.render,
     output:
-        bench=directory(f"{SYNTH_DIR}/bench"),
-        report=f"{SYNTH_DIR}/report.json",
+        bench=directory(SYNTH_PATHS.bench),
+        report=SYNTH_PATHS.report,
     log:
         "logs/synth_tests/synth_tests.log",
     threads: 1

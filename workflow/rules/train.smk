@@ -21,13 +21,13 @@ rule train_seed:
         pages=TRAIN_PAGE_INDEX,
         tests=rules.validate.output.tests,
     output:
-        model=directory("results/train/seed{seed}/model"),
+        model=directory(final_model_dir(TRAIN_RUN)),
         # The run's metrics (report_plots reads them) as a declared output, yet resume-safe: the
         # live results/train/seed{seed}/metrics.jsonl stays undeclared (Snakemake would delete it
         # with a failed job's outputs, and a resumed run continues it); the trainer copies it beside
         # the final model folder once that exists (olmpipe.records.metrics.final_metrics_path). So
         # a failed or preempted job loses only this copy, and a rerun writes it again.
-        metrics="results/train/seed{seed}/model.metrics.jsonl",
+        metrics=final_metrics(TRAIN_RUN),
     log:
         "logs/train_seed/seed{seed}.log",
     conda:
@@ -44,7 +44,7 @@ rule train_seed:
         # No hub look-up in any rank, TRL's reference model or the vLLM server: the model is a
         # folder (a downloaded hub id included).
         offline=OFFLINE,
-        run_dir=lambda wildcards: f"results/train/seed{wildcards.seed}",
+        run_dir=lambda wildcards: TRAIN_RUN.format(seed=wildcards.seed),
         # The sections training reads, reduced to this seed: adding a seed reruns no other seed.
         config=lambda wildcards: seed_config_json(config, int(wildcards.seed)),
         # `python -m olmpipe.train`, accelerate/torchrun with one process per training GPU and the
@@ -74,7 +74,7 @@ rule soup:
     input:
         models=expand(rules.train_seed.output.model, seed=config["train"]["seeds"]),
     output:
-        model=directory("results/train/soup/model"),
+        model=directory(str(SOUP_MODEL_DIR)),
     log:
         "logs/soup/soup.log",
     conda:

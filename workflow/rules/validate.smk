@@ -8,9 +8,9 @@ rule validate:
         manifest=rules.rasterize.output.manifest,
         tests=[f for bench in BENCHES for f in bench_test_files(bench.dir)],
     output:
-        tests=directory("results/validate/tests"),
-        report="results/validate/report.json",
-        pages="results/validate/pages.jsonl",
+        tests=directory(validate_outputs()["tests"]),
+        report=validate_outputs()["report"],
+        pages=validate_outputs()["pages"],
     log:
         "logs/validate/validate.log",
     conda:

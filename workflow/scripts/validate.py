@@ -18,7 +18,8 @@ try:
     )
 except ValidationFailed as exc:
     # Snakemake deletes the outputs of a failed job: keep the report next to the log.
-    kept = Path(snakemake.log[0]).with_suffix(".report.json")  # noqa: F821
+    log = Path(snakemake.log[0])  # noqa: F821
+    kept = log.with_name(f"{log.stem}.{Path(snakemake.output.report).name}")  # noqa: F821
     shutil.copyfile(snakemake.output.report, kept)  # noqa: F821
     raise SystemExit(f"validate: {exc}\nfull report: {kept} (and {snakemake.log[0]})") from None  # noqa: F821
 except OutputError as exc:

@@ -1,0 +1,23 @@
+"""The olmpipe files of a training run folder (``results/train/seed<n>/``).
+
+Beside TRL's checkpoints (``checkpoint-<step>/``) and the records of :mod:`.metrics` and
+:mod:`.completions`, a run folder holds:
+
+- ``checkpoint-<step>/olmpipe_run.json`` (:data:`RUN_STATE_NAME`): seed, step, wandb run id and
+  trajectory settings of the checkpoint (:class:`olmpipe.train.callbacks.RunState` writes it,
+  :mod:`olmpipe.train.resume` compares it);
+- ``dataset.json``: the pages used and skipped (:class:`olmpipe.train.data.DatasetSummary`);
+- ``train_summary.json``: TRL's end-of-training summary; ``wandb_run_id``: the wandb run it continues;
+- ``.olmpipe.lock``: the run lock (:mod:`olmpipe.train.runlock`), never moved aside.
+
+The final model folder's own file is :data:`olmpipe.records.models.TRAIN_INFO_NAME`.
+"""
+
+from __future__ import annotations
+
+RUN_STATE_NAME = "olmpipe_run.json"
+DATASET_NAME = "dataset.json"
+TRAIN_SUMMARY_NAME = "train_summary.json"
+WANDB_ID_NAME = "wandb_run_id"
+LOCK_NAME = ".olmpipe.lock"
+
