@@ -19,7 +19,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "synth": ("olmpipe.synth.cli", "build a synthetic training bench from HTML pages (olmOCR 2 data)"),
     "validate": ("olmpipe.validate", "validate bench tests and build the page index (stage 2)"),
     "difficulty": ("olmpipe.difficulty.cli", "sample and score each train page, drop those without reward spread"),
-    "build-model": ("olmpipe.tinymodel", "build the embedded tiny Qwen2.5-VL"),
+    "build-model": ("olmpipe.tinymodel", "build the embedded tiny model (Qwen2.5-VL, Qwen3-VL, ...)"),
     "download-model": ("olmpipe.hubmodel", "fetch a hub model once into a folder the jobs read offline"),
     "baseline": ("olmpipe.baseline", "generate and score with the base model (stage 3)"),
     "train": ("olmpipe.train", "GRPO training with unit-test rewards (stage 4)"),

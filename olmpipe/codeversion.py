@@ -54,8 +54,9 @@ RULE_CODE: Mapping[str, tuple[str, ...]] = MappingProxyType({
         "olmpipe.records.manifest",
         "olmpipe.records.pages",
     ),
-    # The tiny model's builder and the processor class and chat template it saves (olmpipe.modelload).
-    "build_model": ("olmpipe.tinymodel", "olmpipe.modelload", "olmpipe.records.models"),
+    # The tiny model's builder and the processor class and chat template it saves (olmpipe.modelload),
+    # and the architectures' classes and image budgets (olmpipe.architectures).
+    "build_model": ("olmpipe.tinymodel", "olmpipe.modelload", "olmpipe.architectures", "olmpipe.records.models"),
     # Generation and scoring of the eval pages: baseline_generate and evaluate_generate run the same
     # code, so editing it reruns both (their entry points olmpipe.baseline, olmpipe.evaluate are thin).
     "generate": (

@@ -98,7 +98,7 @@ def validate_config(config: Mapping[str, Any], schema: Mapping[str, Any] | None 
     errors = sorted(validator.iter_errors(filled), key=lambda e: list(e.absolute_path))
     if errors:
         raise ConfigError("invalid configuration:\n" + "\n".join(f"  - {_describe(e)}" for e in errors))
-    problems = nonfinite_problems(filled) or grpo_problems(filled)
+    problems = nonfinite_problems(filled) or (grpo_problems(filled) + _model_problems(filled))
     if problems:
         raise ConfigError("invalid configuration:\n" + "\n".join(f"  - {p}" for p in problems))
     return filled
@@ -172,6 +172,41 @@ def grpo_problems(config: Mapping[str, Any]) -> list[str]:
     if not problems and processes is not None:
         problems += seed_batch_problems(config, processes)
     return problems
+
+
+def _model_problems(config: Mapping[str, Any]) -> list[str]:
+    """``model.path`` of an unsupported architecture (:func:`olmpipe.architectures.model_problems`),
+    and vLLM context lengths too short for a page of the model's architecture
+    (:func:`olmpipe.plan.context_problems`), where the model's image processor is known: the
+    embedded model's architecture, a model folder, or a hub id of :data:`olmpipe.plan.KNOWN_MODELS`."""
+    from olmpipe.architectures import (
+        ARCHITECTURES,
+        architecture_of,
+        image_budget_of,
+        model_config,
+        model_problems,
+    )
+    from olmpipe.plan import KNOWN_MODELS, context_problems
+
+    model = config.get("model")
+    if not isinstance(model, Mapping) or "path" not in model:
+        return []
+    if model["path"] == "embedded":
+        from olmpipe.tinymodel import tiny_budget
+
+        budget = tiny_budget(ARCHITECTURES[model["tiny"]["architecture"]])
+    else:
+        problems = model_problems(model["path"])
+        if problems:
+            return problems
+        found = model_config(model["path"])
+        if found is not None:
+            budget = image_budget_of(Path(found[1]).parent, architecture_of(*found))
+        elif model["path"] in KNOWN_MODELS:
+            budget = architecture_of(KNOWN_MODELS[model["path"]], model["path"]).image_budget
+        else:
+            return []
+    return context_problems(config, budget)
 
 
 def check_workflow_config(config: dict[str, Any]) -> None:

@@ -1,17 +1,21 @@
-"""Load a Qwen2.5-VL model folder (a real checkpoint or the embedded tiny one) and its processor.
+"""Load a model folder (a real checkpoint or the embedded tiny one) and its processor, by architecture.
 
 Every stage that runs a model loads it here: the transformers generation backend, the trainer, the
 vLLM backend's processor; :mod:`olmpipe.tinymodel` only builds the tiny model (and saves the
-processor class defined here).
+processor class defined here). The folder's ``config.json`` decides the model and processor classes
+(:mod:`olmpipe.architectures`: Qwen2-VL, Qwen2.5-VL, Qwen3-VL, Qwen3-VL-MoE); anything else raises
+:class:`~olmpipe.architectures.UnsupportedArchitectureError`.
 
     model, processor = load_model_and_processor("results/model/tiny", dtype="bfloat16")
 
-Facts this module works around (transformers 5.x on a CPU-only torch without torchvision): the
-stock Qwen2.5-VL processor requires a video processor, which needs torchvision; the
-:class:`ImageOnlyQwen25VLProcessor` subclass takes none and uses the PIL image processor. It saves
-itself as the stock processor (``processor_class: Qwen2_5_VLProcessor`` with a video processor
-section), so that vLLM, whose Qwen2.5-VL code loads the full processor through ``AutoProcessor``,
-can load the folder where torchvision is installed (docs/vllm.md).
+Facts this module works around (transformers 5.24 on a CPU-only torch without torchvision): the
+stock Qwen2-VL, Qwen2.5-VL and Qwen3-VL processors require a video processor, which needs
+torchvision (building one without fails in ``ProcessorMixin.__init__`` on the video processor
+mapping); the image-only subclass of :func:`image_only_processor_class` takes none and uses the PIL
+image processor. It saves itself as the stock processor (``processor_class: Qwen2_5_VLProcessor``
+or ``Qwen3VLProcessor``, with a video processor section), so that vLLM, whose Qwen VL code loads the
+full processor through ``AutoProcessor``, can load the folder where torchvision is installed
+(docs/vllm.md).
 """
 
 from __future__ import annotations
@@ -21,6 +25,15 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from olmpipe.architectures import (
+    ARCHITECTURES,
+    IMAGE_PAD,
+    VIDEO_PAD,
+    Architecture,
+    ModelConfigError,
+    architecture_of,
+    architecture_of_model,
+)
 from olmpipe.records.models import TINY_SPEC_NAME
 
 logger = logging.getLogger(__name__)
@@ -41,9 +54,10 @@ CHAT_TEMPLATE = (
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
 
-# The video section of the saved processor (transformers' Qwen2VLVideoProcessor defaults of
-# Qwen2.5-VL-7B-Instruct's video_preprocessor_config.json). The image-only processor never sees
-# videos, but the stock processor, which vLLM loads, cannot be built without one.
+# The video section of the saved processor: transformers' video processor defaults of the published
+# checkpoints (Qwen2.5-VL-7B-Instruct's and Qwen3-VL-8B-Instruct's video_preprocessor_config.json).
+# The image-only processor never sees videos, but the stock processor, which vLLM loads, cannot be
+# built without one.
 VIDEO_PROCESSOR = {
     "video_processor_type": "Qwen2VLVideoProcessor",
     "do_convert_rgb": True,
@@ -59,65 +73,101 @@ VIDEO_PROCESSOR = {
     "size": {"longest_edge": 12845056, "shortest_edge": 3136},
     "resample": 3,
 }
+VIDEO_PROCESSOR_QWEN3 = {
+    **VIDEO_PROCESSOR,
+    "video_processor_type": "Qwen3VLVideoProcessor",
+    "image_mean": [0.5, 0.5, 0.5],
+    "image_std": [0.5, 0.5, 0.5],
+    "patch_size": 16,
+    "size": {"longest_edge": 25165824, "shortest_edge": 4096},
+}
+#: Chat tokens every Qwen VL processor resolves to ids (attribute name -> token).
+_PROCESSOR_TOKENS = {
+    "image_token": IMAGE_PAD,
+    "video_token": VIDEO_PAD,
+    "vision_start_token": "<|vision_start|>",
+    "vision_end_token": "<|vision_end|>",
+}
 
 
-def _processor_class():
+def video_processor_section(arch: Architecture) -> dict[str, Any]:
+    """The video processor section the stock processor of ``arch`` needs in ``processor_config.json``."""
+    return dict(VIDEO_PROCESSOR_QWEN3 if arch.video_processor_class == "Qwen3VLVideoProcessor" else VIDEO_PROCESSOR)
+
+
+def image_only_processor_class(arch: Architecture | None = None):
+    """The processor class used when the stock one cannot be built (no torchvision).
+
+    A subclass of ``arch``'s stock processor (default Qwen2.5-VL) that takes no video processor and
+    saves itself as the stock one.
+    """
+    import transformers
     from transformers import ProcessorMixin
-    from transformers.models.qwen2_5_vl.processing_qwen2_5_vl import Qwen2_5_VLProcessor
 
-    class ImageOnlyQwen25VLProcessor(Qwen2_5_VLProcessor):
-        """Qwen2.5-VL processor without a video processor (so no torchvision is needed)."""
+    arch = arch or ARCHITECTURES["qwen2_5_vl"]
+    stock = getattr(transformers, arch.processor_class)
+    video = video_processor_section(arch)
+
+    class ImageOnlyProcessor(stock):
+        """The stock processor without a video processor (so no torchvision is needed)."""
 
         def __init__(self, image_processor=None, tokenizer=None, chat_template=None, **kwargs):
-            self.image_token = "<|image_pad|>"
-            self.video_token = "<|video_pad|>"
-            self.image_token_id = tokenizer.convert_tokens_to_ids(self.image_token)
-            self.video_token_id = tokenizer.convert_tokens_to_ids(self.video_token)
+            for attr, token in _PROCESSOR_TOKENS.items():
+                setattr(self, attr, token)
+                setattr(self, f"{attr}_id", tokenizer.convert_tokens_to_ids(token))
             ProcessorMixin.__init__(self, image_processor, tokenizer, chat_template=chat_template)
 
         def to_dict(self):
             """Saved as the stock processor (with a video section) so stock loaders (vLLM) read it."""
             out = super().to_dict()
-            out["processor_class"] = "Qwen2_5_VLProcessor"
-            out.setdefault("video_processor", dict(VIDEO_PROCESSOR))
+            out["processor_class"] = stock.__name__
+            out.setdefault("video_processor", dict(video))
             return out
 
         def save_pretrained(self, save_directory, *args, **kwargs):
-            """Save as :class:`Qwen2_5_VLProcessor` would, tokenizer config included."""
+            """Save as the stock processor would, tokenizer config included."""
             saved = super().save_pretrained(save_directory, *args, **kwargs)
             tok_config = Path(save_directory) / "tokenizer_config.json"
             if tok_config.exists():
                 data = json.loads(tok_config.read_text(encoding="utf-8"))
                 if data.get("processor_class") == type(self).__name__:
-                    data["processor_class"] = "Qwen2_5_VLProcessor"
+                    data["processor_class"] = stock.__name__
                     tok_config.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n",
                                           encoding="utf-8")
             return saved
 
-    return ImageOnlyQwen25VLProcessor
+    ImageOnlyProcessor.__name__ = ImageOnlyProcessor.__qualname__ = f"ImageOnly{stock.__name__}"
+    ImageOnlyProcessor.__module__ = __name__
+    return ImageOnlyProcessor
 
 
-def image_only_processor_class():
-    """The processor class used when the stock one cannot be built (no torchvision)."""
-    cls = _processor_class()
-    cls.__module__ = __name__
-    return cls
+def model_architecture(path: str | Path) -> Architecture:
+    """The architecture of a model folder, a hub id in the local cache, or (online) any hub id."""
+    try:
+        return architecture_of_model(path)
+    except ModelConfigError:
+        if Path(path).exists():
+            raise
+    from transformers import AutoConfig
+
+    return architecture_of(AutoConfig.from_pretrained(str(path)).to_dict(), str(path))
 
 
-def load_processor(path: str | Path):
+def load_processor(path: str | Path, arch: Architecture | None = None):
     """Load the processor of a model folder or hub id.
 
     Tries the stock ``AutoProcessor`` first (real checkpoints on a machine with torchvision), then
-    the image-only processor, which needs no torchvision.
+    the image-only processor of the folder's architecture, which needs no torchvision.
     """
     from transformers import AutoProcessor, AutoTokenizer
     from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
+    arch = arch or model_architecture(path)
     path = str(path)
     if not (Path(path) / TINY_SPEC_NAME).exists():
         try:
             return AutoProcessor.from_pretrained(path)
-        except (ImportError, ValueError, TypeError, OSError) as exc:
+        except (ImportError, ValueError, TypeError, OSError, AttributeError) as exc:
             logger.info("stock processor unavailable for %s (%s); using the image-only processor", path, exc)
     tokenizer = AutoTokenizer.from_pretrained(path)
     image_processor = Qwen2VLImageProcessorPil.from_pretrained(path)
@@ -125,31 +175,34 @@ def load_processor(path: str | Path):
     template_file = Path(path) / "chat_template.jinja"
     if template_file.exists():
         chat_template = template_file.read_text(encoding="utf-8")
-    return image_only_processor_class()(image_processor=image_processor, tokenizer=tokenizer,
-                                        chat_template=chat_template)
+    return image_only_processor_class(arch)(image_processor=image_processor, tokenizer=tokenizer,
+                                            chat_template=chat_template)
 
 
 def load_model_and_processor(path: str | Path, *, dtype: Any = None, device: Any = None,
                              quantization_config: Any = None):
-    """Load a Qwen2.5-VL model folder (the embedded tiny one or a real checkpoint) and its processor.
+    """Load a model folder (the embedded tiny one or a real checkpoint) and its processor.
 
-    ``dtype`` is a torch dtype or its name (``"bfloat16"``); default float32 on CPU, bfloat16 on GPU.
+    The model class follows the folder's architecture (:func:`model_architecture`). ``dtype`` is a
+    torch dtype or its name (``"bfloat16"``); default float32 on CPU, bfloat16 on GPU.
     ``quantization_config`` (a ``BitsAndBytesConfig``, QLoRA) loads the weights quantized straight
     onto ``device`` (bitsandbytes models cannot be moved afterwards).
     """
     import torch
-    from transformers import Qwen2_5_VLForConditionalGeneration
+    import transformers
 
+    arch = model_architecture(path)
     if device is None:
         device = "cuda" if torch.cuda.is_available() else "cpu"
     if dtype is None:
         dtype = torch.bfloat16 if str(device).startswith("cuda") else torch.float32
     elif isinstance(dtype, str):
         dtype = getattr(torch, dtype)
+    model_class = getattr(transformers, arch.model_class)
     if quantization_config is not None:
-        model = Qwen2_5_VLForConditionalGeneration.from_pretrained(
+        model = model_class.from_pretrained(
             str(path), dtype=dtype, quantization_config=quantization_config, device_map={"": device})
     else:
-        model = Qwen2_5_VLForConditionalGeneration.from_pretrained(str(path), dtype=dtype).to(device)
+        model = model_class.from_pretrained(str(path), dtype=dtype).to(device)
     model.eval()
-    return model, load_processor(path)
+    return model, load_processor(path, arch)

@@ -4,11 +4,14 @@
     olmpipe plan --configfile my.yaml --gpus 4 --model /models/qwen7b
 
 The estimate is arithmetic on the model's shapes (its folder's ``config.json``, or
-:data:`KNOWN_MODELS` for hub ids) and the config: per training GPU, the weights, gradients and
+:data:`KNOWN_MODELS` for hub ids; Qwen2-VL, Qwen2.5-VL, Qwen3-VL and Qwen3-VL-MoE, whose total
+parameters count for memory and whose active parameters (experts per token) for activations) and
+the config: per training GPU, the weights, gradients and
 AdamW states under ``resources.train.strategy`` (:func:`training_bytes_per_param`: float32 master
 weights with bf16 compute, :mod:`olmpipe.train.precision`), the reference model when
 ``train.grpo.beta > 0`` (in the compute dtype), activations of one micro-batch
-(``per_device_train_batch_size`` sequences of page-image tokens from ``rasterize.longest_side`` + prompt + ``max_completion_length``,
+(``per_device_train_batch_size`` sequences of page-image tokens from ``rasterize.longest_side``
+(the architecture's image processor: :mod:`olmpipe.architectures`) + prompt + ``max_completion_length``,
 with or without ``activation_checkpointing``), the completion logits, a fixed runtime reserve, and
 vLLM's share (colocate mode); in server mode, the server GPU's weights and KV cache. vLLM must hold
 its weights plus the KV cache of one sequence of ``vllm_max_model_length`` tokens (the model's
@@ -35,8 +38,21 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from olmpipe.architectures import (
+    Architecture,
+    ImageBudget,
+    ModelConfigError,
+    UnsupportedArchitectureError,
+    architecture_of,
+    image_budget_of,
+    num_experts,
+    page_size,
+    page_tokens,
+    read_model_config,
+)
 from olmpipe.checkpoint_plan import CheckpointPlan, ProfileError, checkpoint_plan, profile_slurm_extra
 from olmpipe.launch import DEEPSPEED_STRATEGIES, LaunchError, LaunchPlan, launch_prefix, plan
+from olmpipe.prompts import PROMPT_TEXT_TOKENS
 from olmpipe.train.precision import Precision, resolve_precision
 from olmpipe.train.vllm_server import collective_timeout_problem
 
@@ -46,15 +62,10 @@ GIB = 2**30
 #: The SLURM profile ``olmpipe plan`` reads for the train rule's ``--signal`` lead (relative to the
 #: working directory, the repository root).
 DEFAULT_PROFILE = "workflow/profiles/slurm"
-#: Prompt tokens besides the page image: the olmOCR v4 no-anchoring instruction and the chat
-#: template (about 130 tokens with Qwen2.5-VL's tokenizer), rounded up.
-PROMPT_TEXT_TOKENS = 160
-#: Aspect ratio (short / long side) assumed for pages: US letter, 8.5 x 11 in.
-PAGE_ASPECT = 8.5 / 11
 #: CUDA context, NCCL buffers and allocator fragmentation per GPU (a rough, fixed reserve).
 RUNTIME_RESERVE_GIB = 2.0
 #: Bytes per parameter of vLLM's weights and per KV cache value (bf16, vLLM's ``dtype: auto`` on
-#: Qwen2.5-VL checkpoints).
+#: Qwen VL checkpoints).
 VLLM_BYTES = 2
 
 _VISION_QWEN25 = {"depth": 32, "hidden_size": 1280, "intermediate_size": 3420, "num_heads": 16, "in_chans": 3,
@@ -76,8 +87,40 @@ _QWEN25_VL_7B = _qwen25_vl(3584, 18944, 28, 28, 4, 152064, False)
 _QWEN25_VL_32B = _qwen25_vl(5120, 27648, 64, 40, 8, 152064, False)
 _QWEN25_VL_72B = _qwen25_vl(8192, 29568, 80, 64, 8, 152064, False)
 
-#: ``config.json`` fields of hub models the plan knows without a local folder (Qwen2.5-VL's
-#: published configs; olmOCR's models are fine-tuned Qwen2.5-VL-7B, same shapes).
+#: Qwen3-VL-8B/30B-A3B's vision tower (their config.json vision_config; the 8B's out_hidden_size
+#: 4096, the 30B-A3B's 2048). Sources: jax-ml/bonsai bonsai/models/qwen3_vl/modeling.py
+#: (Qwen3VLVisionConfig.qwen3vl_8b, commit 73d300e) and hyper_parallel's qwen3_vl_moe registration
+#: (_VISION_DEFAULTS), both transcribing the published config.json.
+_VISION_QWEN3 = {"depth": 27, "hidden_size": 1152, "intermediate_size": 4304, "num_heads": 16, "in_channels": 3,
+                 "patch_size": 16, "spatial_merge_size": 2, "temporal_patch_size": 2,
+                 "num_position_embeddings": 2304, "deepstack_visual_indexes": [8, 16, 24]}
+#: Qwen/Qwen3-VL-8B-Instruct's config.json (text: jax-ml/bonsai Qwen3VLTextConfig.qwen3vl_8b and
+#: nvidia/Cosmos-Reason2-8B's config.json, a Qwen3-VL-8B fine-tune; 8,767,123,696 parameters,
+#: the "8.77B" of the model card).
+_QWEN3_VL_8B = MappingProxyType({
+    "model_type": "qwen3_vl", "tie_word_embeddings": False,
+    "text_config": {"hidden_size": 4096, "intermediate_size": 12288, "num_hidden_layers": 36,
+                    "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 151936,
+                    "max_position_embeddings": 262144, "tie_word_embeddings": False},
+    "vision_config": {**_VISION_QWEN3, "out_hidden_size": 4096},
+})
+#: Qwen/Qwen3-VL-30B-A3B-Instruct's config.json: 48 layers of 128 experts (8 per token, 768 wide),
+#: attention 32 x 128 with 4 KV heads (hyper_parallel's qwen3_vl_moe _DEFAULTS; the Megatron
+#: arguments of Qwen3-VL-30B-A3B-Instruct: --num-layers 48 --hidden-size 2048 --num-query-groups 4
+#: --kv-channels 128 --moe-ffn-hidden-size 768 --moe-router-topk 8 --num-experts 128).
+_QWEN3_VL_30B_A3B = MappingProxyType({
+    "model_type": "qwen3_vl_moe", "tie_word_embeddings": False,
+    "text_config": {"hidden_size": 2048, "intermediate_size": 6144, "num_hidden_layers": 48,
+                    "num_attention_heads": 32, "num_key_value_heads": 4, "head_dim": 128, "vocab_size": 151936,
+                    "max_position_embeddings": 262144, "tie_word_embeddings": False, "num_experts": 128,
+                    "num_experts_per_tok": 8, "moe_intermediate_size": 768, "decoder_sparse_step": 1,
+                    "mlp_only_layers": []},
+    "vision_config": {**_VISION_QWEN3, "out_hidden_size": 2048},
+})
+
+#: ``config.json`` fields of hub models the plan knows without a local folder (their published
+#: configs; olmOCR's models are fine-tuned Qwen2.5-VL-7B, same shapes; olmocr v0.5.0's configs
+#: fine-tune Qwen3-VL-8B-Instruct and Qwen3-VL-30B-A3B-Instruct).
 KNOWN_MODELS: Mapping[str, Mapping[str, Any]] = MappingProxyType({
     "Qwen/Qwen2.5-VL-3B-Instruct": _QWEN25_VL_3B,
     "Qwen/Qwen2.5-VL-7B-Instruct": _QWEN25_VL_7B,
@@ -86,6 +129,8 @@ KNOWN_MODELS: Mapping[str, Mapping[str, Any]] = MappingProxyType({
     "allenai/olmOCR-7B-0725": _QWEN25_VL_7B,
     "allenai/olmOCR-7B-0825": _QWEN25_VL_7B,
     "allenai/olmOCR-2-7B-1025": _QWEN25_VL_7B,
+    "Qwen/Qwen3-VL-8B-Instruct": _QWEN3_VL_8B,
+    "Qwen/Qwen3-VL-30B-A3B-Instruct": _QWEN3_VL_30B_A3B,
 })
 
 
@@ -95,7 +140,14 @@ class PlanError(ValueError):
 
 @dataclass(frozen=True)
 class ModelShape:
-    """The shapes of a Qwen2.5-VL model that decide its memory (from ``config.json``)."""
+    """The shapes of a Qwen VL model that decide its memory (from ``config.json``).
+
+    The language model is a Qwen2 decoder (Qwen2-VL, Qwen2.5-VL: biased q/k/v) or a Qwen3 decoder
+    (Qwen3-VL: no biases, q/k norms, an explicit ``head_dim``), with a SwiGLU MLP or, in Qwen3-VL-MoE,
+    ``num_experts`` SwiGLU experts of which ``experts_per_token`` run per token. The vision tower
+    follows :attr:`architecture` (Qwen2-VL: LayerNorm and a GELU MLP; Qwen2.5-VL: RMSNorm and a
+    SwiGLU MLP; Qwen3-VL: LayerNorm, a GELU MLP, learned position embeddings and DeepStack mergers).
+    """
 
     source: str
     vocab_size: int
@@ -114,94 +166,169 @@ class ModelShape:
     spatial_merge_size: int
     temporal_patch_size: int
     in_chans: int
+    architecture: str = "qwen2_5_vl"
+    head_dim: int = 0  # 0: hidden_size // num_heads
+    num_experts: int = 0  # 0: a dense MLP in every layer
+    experts_per_token: int = 0
+    moe_intermediate_size: int = 0
+    moe_layers: int = 0
+    num_position_embeddings: int = 0
+    deepstack_mergers: int = 0
+    image_budget: ImageBudget | None = None
+
+    @property
+    def qwen3(self) -> bool:
+        return self.architecture.startswith("qwen3")
+
+    @property
+    def head_size(self) -> int:
+        """Size of one attention head (``head_dim``, else hidden / heads)."""
+        return self.head_dim or self.hidden_size // self.num_heads
+
+    @property
+    def q_dim(self) -> int:
+        """Width of the queries (and of the attention output) of one token: heads x head size."""
+        return self.num_heads * self.head_size
 
     @property
     def kv_dim(self) -> int:
         """Width of the keys (and of the values) of one token: KV heads x head size."""
-        return self.num_kv_heads * (self.hidden_size // self.num_heads)
+        return self.num_kv_heads * self.head_size
 
-    def text_parameters(self) -> int:
-        """Parameters of the language model (Qwen2 decoder: biased q/k/v, SwiGLU MLP, RMSNorm)."""
-        h, i, kv = self.hidden_size, self.intermediate_size, self.kv_dim
-        attention = h * h + 2 * h * kv + (h + 2 * kv) + h * h  # q, k, v (+ biases), o
-        layer = attention + 3 * h * i + 2 * h  # gate, up, down; two norms
+    def _attention_and_norms(self) -> int:
+        """Parameters of one decoder layer besides its MLP: attention and the two RMSNorms."""
+        h, q, kv = self.hidden_size, self.q_dim, self.kv_dim
+        if self.qwen3:  # no biases; RMSNorm of q and k per head
+            attention = h * q + 2 * h * kv + q * h + 2 * self.head_size
+        else:  # q, k, v with biases, o without
+            attention = h * q + 2 * h * kv + (q + 2 * kv) + q * h
+        return attention + 2 * h
+
+    def text_parameters(self, *, active: bool = False) -> int:
+        """Parameters of the language model; ``active``: with only the experts one token runs."""
+        h = self.hidden_size
+        dense_mlp = 3 * h * self.intermediate_size
+        experts = self.experts_per_token if active else self.num_experts
+        moe_mlp = h * self.num_experts + experts * 3 * h * self.moe_intermediate_size  # router + experts
+        mlps = self.moe_layers * moe_mlp + (self.num_layers - self.moe_layers) * dense_mlp
         embeddings = self.vocab_size * h * (1 if self.tie_word_embeddings else 2)
-        return self.num_layers * layer + embeddings + h
+        return self.num_layers * self._attention_and_norms() + mlps + embeddings + h
 
     def vision_parameters(self) -> int:
-        """Parameters of the vision tower (patch embedding, blocks, 2x2 patch merger)."""
-        h, i = self.vision_hidden_size, self.vision_intermediate_size
+        """Parameters of the vision tower (patch embedding, blocks, patch merger(s))."""
+        h, i, out = self.vision_hidden_size, self.vision_intermediate_size, self.vision_out_hidden_size
         patch = self.in_chans * self.temporal_patch_size * self.patch_size**2 * h
-        block = (h * 3 * h + 3 * h) + (h * h + h) + 3 * (h * i) + 2 * i + h + 2 * h
         merged = h * self.spatial_merge_size**2
-        merger = h + merged * merged + merged + merged * self.vision_out_hidden_size + self.vision_out_hidden_size
-        return patch + self.vision_depth * block + merger
+        attention = (h * 3 * h + 3 * h) + (h * h + h)
+        mlp_out = merged * merged + merged + merged * out + out  # two biased linears
+        if self.architecture == "qwen2_5_vl":  # RMSNorm x2, biased SwiGLU; merger: RMSNorm
+            block = attention + 3 * (h * i) + 2 * i + h + 2 * h
+            return patch + self.vision_depth * block + h + mlp_out
+        # LayerNorm x2 (weight and bias) and a biased GELU MLP; merger: LayerNorm
+        block = attention + (h * i + i) + (i * h + h) + 4 * h
+        if self.architecture == "qwen2_vl":
+            return patch + self.vision_depth * block + 2 * h + mlp_out
+        # Qwen3-VL: biased patch embedding, learned positions, DeepStack mergers (norm after merging)
+        extra = h + self.num_position_embeddings * h + self.deepstack_mergers * (2 * merged + mlp_out)
+        return patch + extra + self.vision_depth * block + 2 * h + mlp_out
 
     def parameters(self) -> int:
-        """All parameters (what ``sum(p.numel() for p in model.parameters())`` counts)."""
+        """All parameters (what ``sum(p.numel() for p in model.parameters())`` counts): memory."""
         return self.text_parameters() + self.vision_parameters()
+
+    def active_parameters(self) -> int:
+        """Parameters one token runs through (all but the experts it is not routed to): compute."""
+        return self.text_parameters(active=True) + self.vision_parameters()
 
     def image_tokens(self, longest_side: int) -> tuple[int, int]:
         """(LM tokens, vision patches) of one page rendered at ``longest_side`` pixels.
 
-        Qwen2.5-VL resizes each side to a multiple of patch x merge (28) and merges 2x2 patches
-        into one token; the page is assumed portrait US letter (:data:`PAGE_ASPECT`).
+        The architecture's image processor (:class:`~olmpipe.architectures.ImageBudget`: each side a
+        multiple of patch x merge, 28 or 32 px, within the pixel limits; merge x merge patches per
+        token); the page is assumed portrait US letter (:data:`olmpipe.architectures.PAGE_ASPECT`).
         """
-        unit = self.patch_size * self.spatial_merge_size
-        long_units = max(1, round(longest_side / unit))
-        short_units = max(1, round(longest_side * PAGE_ASPECT / unit))
-        tokens = long_units * short_units
-        return tokens, tokens * self.spatial_merge_size**2
+        page = page_tokens(budget_of(self), longest_side)
+        return page.image_tokens, page.patches
 
     def max_image_tokens(self, longest_side: int) -> int:
-        """LM tokens of the largest page rendered at ``longest_side`` pixels: a square one."""
-        units = max(1, round(longest_side / (self.patch_size * self.spatial_merge_size)))
-        return units * units
+        """LM tokens of the largest page rendered at ``longest_side`` pixels: a square one (the
+        architecture's image processor, pixel limits included)."""
+        return budget_of(self).tokens(longest_side, longest_side)
 
 
-def shape_from_config(config: Mapping[str, Any], source: str) -> ModelShape:
-    """A :class:`ModelShape` from ``config.json`` fields (flat or with ``text_config``)."""
+def _moe_layers(text: Mapping[str, Any], layers: int) -> int:
+    """Layers with a sparse MLP (transformers' Qwen3-VL-MoE rule: not in ``mlp_only_layers`` and
+    ``(layer + 1) % decoder_sparse_step == 0``)."""
+    if not num_experts(text):
+        return 0
+    dense = set(text.get("mlp_only_layers") or [])
+    step = int(text.get("decoder_sparse_step") or 1)
+    return sum(1 for layer in range(layers) if layer not in dense and (layer + 1) % step == 0)
+
+
+def shape_from_config(config: Mapping[str, Any], source: str, budget: ImageBudget | None = None) -> ModelShape:
+    """A :class:`ModelShape` from ``config.json`` fields (flat or with ``text_config``).
+
+    ``budget``: the folder's image processor (default: the architecture's published one).
+    """
+    try:
+        arch: Architecture = architecture_of(config, source)
+    except UnsupportedArchitectureError as exc:
+        raise PlanError(str(exc)) from None
     text = config.get("text_config") or config
     vision = config.get("vision_config")
     try:
         if not isinstance(vision, Mapping):
             raise KeyError("vision_config")
+        layers = int(text["num_hidden_layers"])
+        qwen2_vl = arch.key == "qwen2_vl"
         return ModelShape(
             source=source,
             vocab_size=int(text.get("vocab_size", config.get("vocab_size"))),
             hidden_size=int(text["hidden_size"]),
             intermediate_size=int(text["intermediate_size"]),
-            num_layers=int(text["num_hidden_layers"]),
+            num_layers=layers,
             num_heads=int(text["num_attention_heads"]),
             num_kv_heads=int(text.get("num_key_value_heads") or text["num_attention_heads"]),
             tie_word_embeddings=bool(config.get("tie_word_embeddings", text.get("tie_word_embeddings", False))),
             max_position_embeddings=int(text["max_position_embeddings"]),
             vision_depth=int(vision["depth"]),
-            vision_hidden_size=int(vision["hidden_size"]),
-            vision_intermediate_size=int(vision["intermediate_size"]),
-            vision_out_hidden_size=int(vision["out_hidden_size"]),
+            # Qwen2-VL: embed_dim is the tower's width, hidden_size its output (the LM's width)
+            vision_hidden_size=int(vision["embed_dim"] if qwen2_vl else vision["hidden_size"]),
+            vision_intermediate_size=int(vision["embed_dim"] * vision["mlp_ratio"] if qwen2_vl
+                                         else vision["intermediate_size"]),
+            vision_out_hidden_size=int(vision["hidden_size"] if qwen2_vl else vision["out_hidden_size"]),
             patch_size=int(vision["patch_size"]),
             spatial_merge_size=int(vision["spatial_merge_size"]),
             temporal_patch_size=int(vision["temporal_patch_size"]),
             in_chans=int(vision.get("in_chans", vision.get("in_channels", 3))),
+            architecture=arch.key,
+            head_dim=int(text.get("head_dim") or 0) if arch.key.startswith("qwen3") else 0,
+            num_experts=num_experts(text) if arch.moe else 0,
+            experts_per_token=int(text.get("num_experts_per_tok") or 0) if arch.moe else 0,
+            moe_intermediate_size=int(text.get("moe_intermediate_size") or 0) if arch.moe else 0,
+            moe_layers=_moe_layers(text, layers) if arch.moe else 0,
+            num_position_embeddings=int(vision.get("num_position_embeddings") or 0),
+            deepstack_mergers=len(vision.get("deepstack_visual_indexes") or ()),
+            image_budget=budget or arch.image_budget,
         )
     except (KeyError, TypeError, ValueError) as exc:
-        raise PlanError(f"{source}: not a Qwen2.5-VL config (missing or bad field {exc}); the memory plan "
+        raise PlanError(f"{source}: not a {arch.label} config (missing or bad field {exc}); the memory plan "
                         "needs text hidden_size, intermediate_size, num_hidden_layers, ... and vision_config") from exc
 
 
 def load_shape(model: str | Path) -> ModelShape:
-    """The shapes of ``model``: a local folder's ``config.json``, or a hub id of :data:`KNOWN_MODELS`."""
+    """The shapes of ``model``: a local folder's ``config.json`` (and image processor settings), or a
+    hub id of :data:`KNOWN_MODELS`."""
     path = Path(model)
     config_file = path / "config.json"
     if config_file.is_file():
         try:
-            config = json.loads(config_file.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise PlanError(f"{config_file}: unreadable model config: {exc}") from exc
-        if not isinstance(config, dict):
-            raise PlanError(f"{config_file}: the top level must be a JSON object")
-        return shape_from_config(config, str(config_file))
+            config = read_model_config(path)
+            budget = image_budget_of(path, architecture_of(config, str(config_file)))
+        except (ModelConfigError, UnsupportedArchitectureError) as exc:
+            raise PlanError(str(exc)) from None
+        return shape_from_config(config, str(config_file), budget)
     if str(model) in KNOWN_MODELS:
         return shape_from_config(KNOWN_MODELS[str(model)], f"{model} (known sizes)")
     if path.is_dir():
@@ -265,6 +392,10 @@ class MemoryPlan:
     problems: tuple[str, ...]
     precision: str = ""
     checkpoints: CheckpointPlan | None = None
+    #: Image tokens of one page and the page's size (``rasterize.longest_side``, portrait letter).
+    image_tokens: int = 0
+    page_height: int = 0
+    page_width: int = 0
 
     @property
     def all_problems(self) -> tuple[str, ...]:
@@ -284,7 +415,13 @@ class MemoryPlan:
     def table(self) -> str:
         """The plan as a text table (what ``olmpipe plan`` prints)."""
         p = self.launch
-        lines = [f"model: {self.shape.source}, {self.shape.parameters() / 1e9:.2f}B parameters",
+        shape = self.shape
+        active = (f" ({shape.active_parameters() / 1e9:.2f}B active per token: {shape.experts_per_token} of "
+                  f"{shape.num_experts} experts)" if shape.num_experts else "")
+        budget = shape.image_budget
+        lines = [f"model: {shape.source}, {shape.parameters() / 1e9:.2f}B parameters{active}",
+                 (f"page image: {self.image_tokens} tokens ({shape.architecture}: {budget.factor} x {budget.factor} "
+                  f"px per token, {self.page_height} x {self.page_width} px page)") if budget else "",
                  (f"strategy: {p.effective_strategy}, {p.train_processes} training rank(s) on {p.nodes} node(s), "
                   f"{p.vllm_server_gpus} vLLM server GPU(s); GPU memory {self.gpu_memory_gib:g} GiB")]
         if self.precision:
@@ -302,7 +439,7 @@ class MemoryPlan:
         if self.checkpoints is not None:
             lines += [self.checkpoints.table(), ""]
         lines.append("fits" if self.fits else "does not fit:\n" + "\n".join(f"- {m}" for m in self.all_problems))
-        return "\n".join(lines)
+        return "\n".join(line for i, line in enumerate(lines) if line or i > 1)
 
 
 def _vllm_need(shape: ModelShape, max_len: int, tp: int) -> tuple[float, float]:
@@ -358,15 +495,22 @@ def memory_plan(cfg: Mapping[str, Any], shape: ModelShape, gpus: int | None = No
     h, hv = shape.hidden_size, shape.vision_hidden_size
     # Values kept for backward per token and layer (Korthikanti et al. 2022, with SDPA/flash attention:
     # no attention matrix): norm in/out, q, k, v, attention out, second norm in/out, SwiGLU's gate, up,
-    # act, product -> 6h + 2kv + 4i. With checkpointing, each layer's input plus one layer recomputed.
-    layer_values = 6 * h + 2 * shape.kv_dim + 4 * shape.intermediate_size
+    # act, product -> 4h + 2q + 2kv + 4i (6h + 2kv + 4i where q is h wide). A mixture-of-experts layer
+    # keeps the router's logits and the SwiGLU values of the experts each token runs (active, not
+    # total parameters). With checkpointing, each layer's input plus one layer recomputed.
+    attention_values = 4 * h + 2 * shape.q_dim + 2 * shape.kv_dim
+    dense_values = attention_values + 4 * shape.intermediate_size
+    moe_values = attention_values + shape.num_experts + 4 * shape.experts_per_token * shape.moe_intermediate_size
+    dense_layers = shape.num_layers - shape.moe_layers
+    all_layer_values = dense_layers * dense_values + shape.moe_layers * moe_values
+    layer_values = max(dense_values if dense_layers else 0, moe_values if shape.moe_layers else 0)
     vision_values = 8 * hv + 4 * shape.vision_intermediate_size
     if grpo["activation_checkpointing"]:
         text_act = batch * seq * (shape.num_layers * h + layer_values) * w
         vision_act = batch * patches * (shape.vision_depth * hv + vision_values) * w
         act_note = "checkpointed"
     else:
-        text_act = batch * seq * shape.num_layers * layer_values * w
+        text_act = batch * seq * all_layer_values * w
         vision_act = batch * patches * shape.vision_depth * vision_values * w
         act_note = "not checkpointed"
     if peft["enabled"] and not peft["vision"] and "merger" not in peft["modules_to_save"]:
@@ -400,14 +544,7 @@ def memory_plan(cfg: Mapping[str, Any], shape: ModelShape, gpus: int | None = No
         unset = "" if grpo["vllm_max_model_length"] else " (unset: the model's context)"
         len_fix = "set train.grpo.vllm_max_model_length (prompt + completion tokens, e.g. " \
                   f"{seq + 64})" if not grpo["vllm_max_model_length"] else "lower train.grpo.vllm_max_model_length"
-        longest = shape.max_image_tokens(cfg["rasterize"]["longest_side"]) + PROMPT_TEXT_TOKENS + completion
-        if grpo["vllm_max_model_length"] and grpo["vllm_max_model_length"] < longest:
-            problems.append(
-                f"train.grpo.vllm_max_model_length ({grpo['vllm_max_model_length']}) is shorter than the longest "
-                f"prompt and completion: a square page at rasterize.longest_side "
-                f"({shape.max_image_tokens(cfg['rasterize']['longest_side'])} image tokens) + ~{PROMPT_TEXT_TOKENS} "
-                f"text + max_completion_length ({completion}) = {longest}; vLLM refuses such a request: raise "
-                f"vllm_max_model_length to at least {longest}")
+        # the context against the longest prompt: context_problems, below
         tp = grpo["vllm_tensor_parallel_size"]
         utilization = grpo["vllm_gpu_memory_utilization"]
         share = utilization * gpu_gib
@@ -439,8 +576,10 @@ def memory_plan(cfg: Mapping[str, Any], shape: ModelShape, gpus: int | None = No
     total = sum(t.gib for t in terms)
     if total > gpu_gib:
         top = max(terms, key=lambda t: t.gib)
+        hint = f"; {_zero3_hint(cfg, shape, gpus, gpu_gib)}" if strategy in ("ddp", "zero2") and n > 1 else ""
         problems.append(f"a training GPU needs {total:.1f} GiB, more than resources.train.gpu_memory_gb "
-                        f"({gpu_gib:g}); largest term: {top.name} ({top.gib:.1f} GiB): {top.fix}")
+                        f"({gpu_gib:g}); largest term: {top.name} ({top.gib:.1f} GiB): {top.fix}{hint}")
+    problems += context_problems(cfg, budget_of(shape))
     masters = "float32 master weights" if precision.master_weights(strategy in DEEPSPEED_STRATEGIES + ("fsdp",)) \
         else "bf16 weights without master copy (train.pure_bf16)"
     if peft["enabled"]:
@@ -449,12 +588,13 @@ def memory_plan(cfg: Mapping[str, Any], shape: ModelShape, gpus: int | None = No
                                   weight_bytes=2 if precision.weights == "bfloat16" else 4, compute_bytes=w,
                                   slurm_extra=slurm_extra, signal_source=signal_source,
                                   adapter_bytes=_adapter_bytes(shape, peft, w) if peft["enabled"] else None)
+    height, width = page_size(cfg["rasterize"]["longest_side"])
     return MemoryPlan(launch=launch, shape=shape, gpu_memory_gib=gpu_gib, train_terms=tuple(terms),
                       server_terms=tuple(server), problems=tuple(problems),
                       precision=f"{masters}, {precision.compute} compute, "
                                 + ("reference: the adapter disabled" if peft["enabled"]
                                    else f"{precision.reference} reference model"),
-                      checkpoints=checkpoints)
+                      checkpoints=checkpoints, image_tokens=img_tokens, page_height=height, page_width=width)
 
 
 def _adapter_bytes(shape: ModelShape, peft: Mapping[str, Any], w: int) -> float:
@@ -483,6 +623,53 @@ def _lora_terms(shape: ModelShape, peft: Mapping[str, Any], w: int) -> list[Term
         Term("gradients", trained / GIB, "adapter only", "lower train.peft.r"),
         Term("optimizer states", 2 * trained / GIB, "AdamW, adapter only", "lower train.peft.r"),
     ]
+
+
+def _zero3_hint(cfg: Mapping[str, Any], shape: ModelShape, gpus: int, gpu_gib: float) -> str:
+    """What ZeRO-3 (everything sharded) would need per training GPU, for a job ZeRO-2/DDP cannot fit."""
+    from olmpipe.config import deep_update
+
+    alternative = deep_update(json.loads(json.dumps(cfg)), {"resources": {"train": {"strategy": "zero3"}}})
+    need = sum(t.gib for t in memory_plan(alternative, shape, gpus).train_terms)
+    verdict = "fits" if need <= gpu_gib else "still does not fit: more GPUs (resources.train.gpu, nodes)"
+    return (f"with resources.train.strategy: zero3 a training GPU would need {need:.1f} GiB of {gpu_gib:g} "
+            f"({verdict})")
+
+
+def budget_of(shape: ModelShape) -> ImageBudget:
+    """The image budget of a model shape (its processor's, else unbounded patches of its vision config)."""
+    return shape.image_budget or ImageBudget(shape.patch_size, shape.spatial_merge_size, 0, 2**62)
+
+
+def context_problems(cfg: Mapping[str, Any], budget: ImageBudget) -> list[str]:
+    """vLLM context lengths too short for the longest prompt plus the answer, each naming its key.
+
+    The longest prompt is a square page at ``rasterize.longest_side`` (no page shape has more image
+    tokens): ``budget``'s image tokens (the architecture's patch and merge size and pixel limits:
+    2116 on Qwen2.5-VL, 1600 on Qwen3-VL for 1288 px) plus :data:`~olmpipe.prompts.PROMPT_TEXT_TOKENS`;
+    vLLM refuses a request longer than its ``max_model_len``. Checked: ``generation.vllm.max_model_len``
+    against ``generation.max_new_tokens`` (backend vllm) and ``train.grpo.vllm_max_model_length``
+    against ``max_completion_length`` (with ``use_vllm``).
+    """
+    side = cfg["rasterize"]["longest_side"]
+    square = budget.tokens(side, side)
+    prompt = square + PROMPT_TEXT_TOKENS
+    what = (f"a square page at rasterize.longest_side ({square} image tokens at {budget.factor} x {budget.factor} "
+            f"px per token) + ~{PROMPT_TEXT_TOKENS} text")
+    problems = []
+    gen = cfg["generation"]
+    need = prompt + gen["max_new_tokens"]
+    if gen["backend"] == "vllm" and gen["vllm"]["max_model_len"] < need:
+        problems.append(f"generation.vllm.max_model_len ({gen['vllm']['max_model_len']}) is shorter than the longest "
+                        f"prompt and answer: {what} + generation.max_new_tokens ({gen['max_new_tokens']}) = {need}; "
+                        f"vLLM refuses such a request: raise max_model_len to at least {need}")
+    grpo = cfg["train"]["grpo"]
+    limit, need = grpo["vllm_max_model_length"], prompt + grpo["max_completion_length"]
+    if grpo["use_vllm"] and limit is not None and limit < need:
+        problems.append(f"train.grpo.vllm_max_model_length ({limit}) is shorter than the longest prompt and "
+                        f"completion: {what} + max_completion_length ({grpo['max_completion_length']}) = {need}; "
+                        f"vLLM refuses such a request: raise vllm_max_model_length to at least {need}")
+    return problems
 
 
 def model_for_plan(cfg: Mapping[str, Any], model: str | Path | None = None) -> str:

@@ -1,18 +1,26 @@
-"""The embedded default model: a tiny Qwen2.5-VL with random weights and a locally trained tokenizer.
+"""The embedded default model: a tiny VLM with random weights and a locally trained tokenizer.
 
 It lets a new user run the whole chain (generation, GRPO, souping, evaluation) on a laptop with no
-GPU and no network before pointing the workflow at a real 7B checkpoint. The model is built from
-the same classes as Qwen2.5-VL-7B, saved as an ordinary Hugging Face folder, and loaded back by
-:func:`olmpipe.modelload.load_model_and_processor`, the same function that loads a real model folder.
+GPU and no network before pointing the workflow at a real checkpoint. The model is built from the
+same classes as the real one of its architecture (``model.tiny.architecture``: Qwen2.5-VL by
+default, or Qwen2-VL, Qwen3-VL, Qwen3-VL-MoE; :mod:`olmpipe.architectures`), saved as an ordinary
+Hugging Face folder, and loaded back by :func:`olmpipe.modelload.load_model_and_processor`, the same
+function that loads a real model folder.
 
-    python -m olmpipe.tinymodel results/model/tiny --seed 0 --hidden-size 64
+    python -m olmpipe.tinymodel results/model/tiny --seed 0 --hidden-size 64 --architecture qwen3_vl
 
 Facts this module works around (transformers 5.x on a CPU-only torch without torchvision):
-- the stock Qwen2.5-VL processor requires a video processor, which needs torchvision; the tiny
+- the stock Qwen VL processors require a video processor, which needs torchvision; the tiny
   model is saved with the image-only processor of :mod:`olmpipe.modelload`, which takes none and
   saves itself as the stock processor, so that vLLM can load the folder (docs/vllm.md);
 - the model config's image/video/vision token ids must equal the tokenizer's ids;
 - the text model's ``mrope_section`` must sum to ``head_dim / 2``;
+- Qwen3-VL's vision position embeddings are interpolated from a square grid
+  (``num_position_embeddings`` must be a square); its DeepStack layers inject into the first
+  language-model layers, so there are no more of them than language-model layers;
+- Qwen3-VL-MoE's fused expert matrices are kept non-square (``2 * moe_intermediate_size`` and
+  ``moe_intermediate_size`` differ from ``hidden_size``): transformers tells their saved layout from
+  the live one by shape alone (:func:`olmpipe.architectures.expert_tensor_to_hub`);
 - the vision tower's ``out_hidden_size`` must equal the text hidden size;
 - vLLM's CPU attention rejects small head sizes (``head_dim=16``: "Unsupported CPU attention
   configuration"); the text model therefore uses heads of 64 (:data:`TEXT_HEAD_DIM`) wherever
@@ -30,6 +38,7 @@ import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from olmpipe.architectures import ARCHITECTURES, Architecture, ImageBudget, publish_expert_layout
 from olmpipe.modelload import CHAT_TEMPLATE, image_only_processor_class
 from olmpipe.records.models import TINY_SPEC_NAME
 
@@ -53,10 +62,15 @@ SPECIAL_TOKENS = (
     "<|video_pad|>",
 )
 
-# Image budget of the tiny model's processor: pages are resized to at most this many pixels, so a
-# 1288 px page becomes ~64 vision tokens and a GRPO step stays around a second on one CPU thread.
-TINY_MAX_PIXELS = 256 * 28 * 28 // 4
-TINY_MIN_PIXELS = 16 * 28 * 28
+# Image budget of the tiny model's processor, in language-model tokens: pages are resized to at most
+# this many, so that a 1288 px page becomes ~64 image tokens and a GRPO step stays around a second on
+# one CPU thread (Qwen2.5-VL: 64 x 28 x 28 = 50176 pixels; Qwen3-VL: 64 x 32 x 32).
+TINY_MAX_TOKENS = 64
+TINY_MIN_TOKENS = 16
+DEFAULT_ARCHITECTURE = "qwen2_5_vl"
+# Qwen3-VL-MoE: experts and experts per token of the tiny model.
+TINY_EXPERTS = 4
+TINY_EXPERTS_PER_TOKEN = 2
 
 # Head size of the text model's attention: one vLLM's CPU attention supports (it rejects 16).
 TEXT_HEAD_DIM = 64
@@ -73,6 +87,7 @@ class TinySpec:
     vision_hidden_size: int = 32
     vision_depth: int = 2
     vision_heads: int = 2
+    architecture: str = DEFAULT_ARCHITECTURE
 
 
 def _training_corpus(extra_texts: list[str] | None) -> list[str]:
@@ -131,26 +146,48 @@ def build_tokenizer(spec: TinySpec, extra_texts: list[str] | None = None):
     return fast
 
 
-def build_processor(tokenizer, max_pixels: int = TINY_MAX_PIXELS, min_pixels: int = TINY_MIN_PIXELS):
-    """The image-only Qwen2.5-VL processor around ``tokenizer`` with the PIL image processor."""
+def tiny_budget(arch: Architecture) -> ImageBudget:
+    """The tiny model's image budget: the architecture's patches, :data:`TINY_MAX_TOKENS` tokens at most."""
+    unit = arch.image_budget.factor**2
+    return ImageBudget(arch.image_budget.patch_size, arch.image_budget.merge_size,
+                       TINY_MIN_TOKENS * unit, TINY_MAX_TOKENS * unit)
+
+
+def build_processor(tokenizer, arch: Architecture | None = None):
+    """The image-only processor of ``arch`` around ``tokenizer`` with the PIL image processor."""
     from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
-    image_processor = Qwen2VLImageProcessorPil(min_pixels=min_pixels, max_pixels=max_pixels)
-    return image_only_processor_class()(image_processor=image_processor, tokenizer=tokenizer,
-                                        chat_template=CHAT_TEMPLATE)
+    arch = arch or ARCHITECTURES[DEFAULT_ARCHITECTURE]
+    budget = tiny_budget(arch)
+    image_processor = Qwen2VLImageProcessorPil(
+        min_pixels=budget.min_pixels, max_pixels=budget.max_pixels, patch_size=budget.patch_size,
+        merge_size=budget.merge_size, image_mean=list(arch.image_mean), image_std=list(arch.image_std),
+    )
+    return image_only_processor_class(arch)(image_processor=image_processor, tokenizer=tokenizer,
+                                            chat_template=CHAT_TEMPLATE)
+
+
+def _mrope_section(head_dim: int, arch: Architecture) -> list[int]:
+    """Temporal, height, width rotary sections summing to ``head_dim / 2``, in the real models'
+    proportions: Qwen2.5-VL-7B's 16, 24, 24 of 64 (8, 12, 12 for heads of 64); Qwen3-VL-8B's
+    24, 20, 20 of 64 (12, 10, 10)."""
+    half = head_dim // 2
+    if arch.key.startswith("qwen3"):
+        spatial = (half - half * 3 // 8) // 2
+    else:
+        spatial = (half - half // 4) // 2
+    return [half - 2 * spatial, spatial, spatial]
 
 
 def build_model_config(spec: TinySpec, tokenizer):
-    """A Qwen2.5-VL config of the tiny shape whose token ids agree with ``tokenizer``."""
-    from transformers import Qwen2_5_VLConfig
+    """A config of ``spec.architecture`` of the tiny shape whose token ids agree with ``tokenizer``."""
+    import transformers
 
+    arch = ARCHITECTURES[spec.architecture]
     ids = {t: tokenizer.convert_tokens_to_ids(t) for t in SPECIAL_TOKENS}
-    head_dim = spec.hidden_size // spec.num_heads
-    # Temporal, height, width rotary sections summing to head_dim / 2, in Qwen2.5-VL-7B's
-    # proportions (16, 24, 24 of 64): 8, 12, 12 for heads of 64.
-    half = head_dim // 2
-    spatial = (half - half // 4) // 2
-    mrope = [half - 2 * spatial, spatial, spatial]
+    qwen3 = arch.key.startswith("qwen3")
+    # Qwen3 text models carry their head size explicitly: heads of TEXT_HEAD_DIM at any hidden size.
+    head_dim = TEXT_HEAD_DIM if qwen3 else spec.hidden_size // spec.num_heads
     text_config = {
         "vocab_size": len(tokenizer),
         "hidden_size": spec.hidden_size,
@@ -159,25 +196,39 @@ def build_model_config(spec: TinySpec, tokenizer):
         "num_attention_heads": spec.num_heads,
         "num_key_value_heads": max(1, spec.num_heads // 2),
         "max_position_embeddings": 32768,
-        "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": mrope},
+        "rope_parameters": {"rope_type": "default", "rope_theta": 5000000.0 if qwen3 else 10000.0,
+                            "mrope_section": _mrope_section(head_dim, arch)},
         "bos_token_id": ids["<|endoftext|>"],
         "eos_token_id": ids["<|im_end|>"],
         "pad_token_id": ids["<|endoftext|>"],
         "tie_word_embeddings": True,
     }
-    vision_config = {
-        "depth": spec.vision_depth,
-        "hidden_size": spec.vision_hidden_size,
-        "intermediate_size": spec.vision_hidden_size * 2,
-        "num_heads": spec.vision_heads,
-        "out_hidden_size": spec.hidden_size,
-        "fullatt_block_indexes": [spec.vision_depth - 1],
-        "window_size": 112,
-        "patch_size": 14,
-        "spatial_merge_size": 2,
-        "temporal_patch_size": 2,
-    }
-    return Qwen2_5_VLConfig(
+    common = {"patch_size": arch.image_budget.patch_size, "spatial_merge_size": arch.image_budget.merge_size,
+              "temporal_patch_size": 2, "depth": spec.vision_depth, "num_heads": spec.vision_heads}
+    if qwen3:
+        text_config["head_dim"] = head_dim
+        text_config["rope_parameters"]["mrope_interleaved"] = True
+        vision_config = {**common, "hidden_size": spec.vision_hidden_size,
+                         "intermediate_size": spec.vision_hidden_size * 2, "out_hidden_size": spec.hidden_size,
+                         # an 8 x 8 grid, interpolated to each page's patch grid
+                         "num_position_embeddings": 64,
+                         "deepstack_visual_indexes": [0]}
+    elif arch.key == "qwen2_vl":
+        vision_config = {**common, "embed_dim": spec.vision_hidden_size, "hidden_size": spec.hidden_size,
+                         "mlp_ratio": 2}
+    else:
+        vision_config = {**common, "hidden_size": spec.vision_hidden_size,
+                         "intermediate_size": spec.vision_hidden_size * 2, "out_hidden_size": spec.hidden_size,
+                         "fullatt_block_indexes": [spec.vision_depth - 1], "window_size": 112}
+    if arch.moe:
+        # 3/4 of hidden_size: neither it nor twice it equals hidden_size (non-square experts)
+        # norm_topk_prob: the published config's field, which vLLM 0.31 reads (transformers 5.24's
+        # router always normalises the top-k weights and does not declare it)
+        text_config.update(num_experts=TINY_EXPERTS, num_experts_per_tok=TINY_EXPERTS_PER_TOKEN,
+                           moe_intermediate_size=spec.hidden_size * 3 // 4, decoder_sparse_step=1,
+                           norm_topk_prob=True)
+    config_class = getattr(transformers, arch.model_class.replace("ForConditionalGeneration", "Config"))
+    return config_class(
         text_config=text_config,
         vision_config=vision_config,
         image_token_id=ids["<|image_pad|>"],
@@ -204,25 +255,30 @@ def build_tiny_model(
     hidden_size: int = 64,
     num_layers: int = 2,
     vocab_size: int = 1024,
+    architecture: str = DEFAULT_ARCHITECTURE,
 ) -> Path:
-    """Build the embedded tiny Qwen2.5-VL and save model, tokenizer and processor to ``out_dir``.
+    """Build the embedded tiny model of ``architecture`` and save model, tokenizer and processor to ``out_dir``.
 
-    Deterministic for a given seed and shape: the same arguments give the same weights.
+    Deterministic for a given seed, shape and architecture: the same arguments give the same weights.
     """
     import torch
-    from transformers import GenerationConfig, Qwen2_5_VLForConditionalGeneration
+    import transformers
+    from transformers import GenerationConfig
 
+    if architecture not in ARCHITECTURES:
+        raise ValueError(f"architecture must be one of {', '.join(ARCHITECTURES)}, got {architecture!r}")
+    arch = ARCHITECTURES[architecture]
     spec = TinySpec(seed=seed, hidden_size=hidden_size, num_layers=num_layers, vocab_size=vocab_size,
-                    num_heads=text_heads(hidden_size))
+                    num_heads=text_heads(hidden_size), architecture=architecture)
     if hidden_size % 8:
         raise ValueError(f"hidden_size must be a multiple of 8, got {hidden_size}")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     tokenizer = build_tokenizer(spec)
-    processor = build_processor(tokenizer)
+    processor = build_processor(tokenizer, arch)
     config = build_model_config(spec, tokenizer)
     torch.manual_seed(spec.seed)
-    model = Qwen2_5_VLForConditionalGeneration(config).to(torch.float32)
+    model = getattr(transformers, arch.model_class)(config).to(torch.float32)
     model.generation_config = GenerationConfig(
         eos_token_id=config.text_config.eos_token_id,
         pad_token_id=config.text_config.pad_token_id,
@@ -230,10 +286,11 @@ def build_tiny_model(
         do_sample=False,
     )
     model.save_pretrained(out)
+    publish_expert_layout(out)  # Qwen3-VL-MoE: experts as published checkpoints store them
     processor.save_pretrained(out)
     (out / TINY_SPEC_NAME).write_text(json.dumps(asdict(spec), indent=2) + "\n", encoding="utf-8")
     n_params = sum(p.numel() for p in model.parameters())
-    logger.info("built tiny Qwen2.5-VL (%d parameters) in %s", n_params, out)
+    logger.info("built tiny %s (%d parameters) in %s", arch.label, n_params, out)
     return out
 
 
@@ -244,10 +301,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hidden-size", type=int, default=TinySpec.hidden_size)
     parser.add_argument("--num-layers", type=int, default=TinySpec.num_layers)
     parser.add_argument("--vocab-size", type=int, default=TinySpec.vocab_size)
+    parser.add_argument("--architecture", choices=sorted(ARCHITECTURES), default=DEFAULT_ARCHITECTURE)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     build_tiny_model(args.out_dir, seed=args.seed, hidden_size=args.hidden_size,
-                     num_layers=args.num_layers, vocab_size=args.vocab_size)
+                     num_layers=args.num_layers, vocab_size=args.vocab_size, architecture=args.architecture)
     return 0
 
 

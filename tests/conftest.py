@@ -15,11 +15,26 @@ import pytest
 
 
 @pytest.fixture(scope="session")
-def tiny_model_dir(tmp_path_factory):
-    """The embedded tiny Qwen2.5-VL, built once per test session (about 4 s, no network)."""
+def tiny_models(tmp_path_factory):
+    """``tiny_models(architecture)``: the embedded tiny model of that architecture (qwen2_5_vl,
+    qwen2_vl, qwen3_vl, qwen3_vl_moe), each built once per test session (about 4 s, no network)."""
     from olmpipe.tinymodel import build_tiny_model
 
-    return build_tiny_model(tmp_path_factory.mktemp("tiny-model") / "model", seed=0)
+    built = {}
+
+    def build(architecture: str = "qwen2_5_vl"):
+        if architecture not in built:
+            folder = tmp_path_factory.mktemp(f"tiny-{architecture}") / "model"
+            built[architecture] = build_tiny_model(folder, seed=0, architecture=architecture)
+        return built[architecture]
+
+    return build
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tiny_models):
+    """The embedded tiny Qwen2.5-VL (the default architecture)."""
+    return tiny_models("qwen2_5_vl")
 
 
 @pytest.fixture(scope="module")

@@ -184,7 +184,8 @@ def test_server_mode_needs_a_server_gpu() -> None:
 @pytest.mark.parametrize(("content", "message"), [
     ("{not json", "unreadable model config"),
     ("[1, 2]", "top level must be a JSON object"),
-    ('{"hidden_size": 8}', "not a Qwen2.5-VL config"),
+    ('{"hidden_size": 8}', "unsupported model architecture no architectures entry"),
+    ('{"model_type": "qwen3_vl", "hidden_size": 8}', "not a Qwen3-VL config"),
 ])
 def test_bad_model_configs_name_the_file(tmp_path, content, message) -> None:
     (tmp_path / "config.json").write_text(content)
@@ -377,3 +378,112 @@ def test_a_vllm_context_shorter_than_the_longest_prompt_is_refused() -> None:
     plan = memory_plan(cfg, seven_b())
     assert any("vllm_max_model_length (4096) is shorter than the longest prompt" in m and "at least 5276" in m
                for m in plan.problems), plan.problems
+
+
+# --- architectures beyond Qwen2.5-VL (olmpipe.architectures) ------------------------------------------
+
+QWEN3_8B, QWEN3_30B = "Qwen/Qwen3-VL-8B-Instruct", "Qwen/Qwen3-VL-30B-A3B-Instruct"
+QWEN3_CONFIG = REPO / "config" / "olmocr2-qwen3vl-8b.yaml"
+
+
+def meta_model(fields: dict):
+    """The transformers model of a KNOWN_MODELS entry, built on the meta device (no memory)."""
+    import torch
+    import transformers
+
+    from olmpipe.architectures import architecture_of
+
+    arch = architecture_of(fields, "known")
+    config_class = getattr(transformers, arch.model_class.replace("ForConditionalGeneration", "Config"))
+    hf = config_class(text_config=dict(fields["text_config"]), vision_config=dict(fields["vision_config"]),
+                      tie_word_embeddings=fields["tie_word_embeddings"])
+    with torch.device("meta"):
+        return getattr(transformers, arch.model_class)(hf)
+
+
+def test_qwen3_vl_parameter_counts_match_transformers() -> None:
+    """Qwen3-VL-8B (8.77B, the model card's figure) and Qwen3-VL-30B-A3B counted exactly as
+    transformers builds them; the MoE's active parameters leave out 120 of 128 experts per layer."""
+    for name in (QWEN3_8B, QWEN3_30B):
+        model = meta_model(dict(KNOWN_MODELS[name]))
+        shape = load_shape(name)
+        assert shape.parameters() == sum(p.numel() for p in model.parameters()), name
+        assert shape.vision_parameters() == sum(p.numel() for p in model.model.visual.parameters()), name
+    assert load_shape(QWEN3_8B).parameters() == 8_767_123_696
+    assert load_shape(QWEN3_8B).active_parameters() == load_shape(QWEN3_8B).parameters()
+    moe = load_shape(QWEN3_30B)
+    assert moe.parameters() == 31_070_754_032 and moe.moe_layers == 48
+    assert moe.parameters() - moe.active_parameters() == 48 * (128 - 8) * 3 * 2048 * 768
+
+
+@pytest.mark.parametrize("arch_key", ["qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe"])
+def test_tiny_folders_of_every_architecture_are_read(arch_key, tiny_models) -> None:
+    """A local folder's config.json (as transformers 5.24 saves it) gives the real size, and its
+    processor settings the image tokens of the tiny processor (64 at most)."""
+    from olmpipe.modelload import load_model_and_processor
+
+    folder = tiny_models(arch_key)
+    model, _ = load_model_and_processor(folder)
+    shape = load_shape(folder)
+    assert shape.parameters() == sum(p.numel() for p in model.parameters())
+    assert shape.architecture == arch_key and shape.image_tokens(1288)[0] <= 64
+
+
+def test_qwen3_vl_8b_recipe_fits_eight_80gb_gpus_with_the_real_processor_s_page(capsys) -> None:
+    """Acceptance: `olmpipe plan` on config/olmocr2-qwen3vl-8b.yaml prints every term and "fits"
+    (7 ZeRO-2 ranks + 1 vLLM server GPU of 80 GB), and the page it plans for is the 1240 image tokens
+    that the real Qwen3-VL processor (Qwen3-VL-8B's image settings) makes of a 1288 px page."""
+    from support.pages import letter_page, processor_image_tokens
+
+    assert main(["--configfile", str(QWEN3_CONFIG)]) == 0
+    out = capsys.readouterr().out
+    for term in ("weights", "gradients", "optimizer states", "reference model", "activations",
+                 "vision activations", "logits", "runtime reserve", "vLLM weights", "vLLM KV cache"):
+        assert f"\n{term} " in out, term
+    assert "8.77B parameters" in out and "strategy: zero2, 7 training rank(s)" in out and out.rstrip().endswith("fits")
+    plan = memory_plan(load_configs([QWEN3_CONFIG]), load_shape(QWEN3_8B))
+    assert plan.fits and plan.image_tokens == 1240 and f"page image: {plan.image_tokens} tokens" in out
+    page = letter_page(1288)
+    assert processor_image_tokens("qwen3_vl", plan.shape.image_budget, page) == plan.image_tokens
+    assert rows(plan)["activations"] > 0 and f"1 x {1240 + 160 + 8000} tokens (1240 image)" in out
+
+
+def test_moe_plan_counts_all_experts_for_memory_and_active_ones_for_activations() -> None:
+    """Qwen3-VL-30B-A3B on the 8B recipe's 8 x 80 GB: ZeRO-2 keeps the 31B weights whole on every rank
+    and cannot fit; the message says what ZeRO-3 would need. Activations keep 8 experts' values."""
+    cfg = load_configs([QWEN3_CONFIG])
+    moe = load_shape(QWEN3_30B)
+    plan = memory_plan(cfg, moe)
+    r = rows(plan)
+    assert r["weights"] == pytest.approx(moe.parameters() * 2 / GIB)
+    assert not plan.fits
+    [*_, total] = plan.problems
+    assert "largest term: weights" in total and "with resources.train.strategy: zero3 a training GPU would need" in total
+    h, q, kv = 2048, 32 * 128, 4 * 128
+    per_layer = 4 * h + 2 * q + 2 * kv + 128 + 4 * 8 * 768  # router logits + 8 experts' SwiGLU values
+    assert r["activations"] == pytest.approx((1240 + 160 + 8000) * (48 * h + per_layer) * 2 / GIB)
+    server = {t.name: t.gib for t in plan.server_terms}
+    assert server["vLLM weights"] == pytest.approx(moe.parameters() * 2 / GIB)  # every expert is loaded
+    assert "8 of 128 experts" in plan.table()
+
+
+def test_context_lengths_are_checked_against_the_architecture_s_page() -> None:
+    """vLLM's context must hold the longest prompt (a square 1288 px page: 1600 image tokens on
+    Qwen3-VL, 2116 on Qwen2.5-VL, as the architecture's image processor sizes it) plus the answer; a
+    config that cannot stops naming the key and the length it needs."""
+    from olmpipe.config import ConfigError
+
+    assert load_shape(QWEN3_8B).max_image_tokens(1288) == 40 * 40 and seven_b().max_image_tokens(1288) == 46 * 46
+    short = {"generation": {"backend": "vllm", "max_new_tokens": 8000, "vllm": {"max_model_len": 9700}},
+             "model": {"path": QWEN3_8B}}
+    with pytest.raises(ConfigError, match=r"generation.vllm.max_model_len \(9700\) is shorter than the longest prompt"
+                                          r".*1600 image tokens at 32 x 32 px.*at least 9760"):
+        load_config(overrides=short)
+    load_config(overrides={**short, "generation": {**short["generation"], "vllm": {"max_model_len": 9760}}})
+    with pytest.raises(ConfigError, match=r"at least 10276"):  # the same length is too short for Qwen2.5-VL's page
+        load_config(overrides={**short, "model": {"path": SEVEN_B},
+                               "generation": {**short["generation"], "vllm": {"max_model_len": 9760}}})
+    cfg = load_configs([QWEN3_CONFIG])
+    cfg["train"]["grpo"]["vllm_max_model_length"] = 9000
+    plan = memory_plan(cfg, load_shape(QWEN3_8B))
+    assert any("train.grpo.vllm_max_model_length (9000)" in p and "at least 9760" in p for p in plan.problems)

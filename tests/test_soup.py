@@ -85,3 +85,30 @@ def test_mismatched_seeds_are_refused(tmp_path, seeds):
     with pytest.raises(SoupError, match="not a safetensors model folder"):
         soup([tmp_path], tmp_path / "soup2")
     assert main([str(tmp_path / "soup3"), str(seeds[0]), str(small)]) == 1
+
+
+def _perturbed_copy(folder, out, seed):
+    """``folder``'s model with every weight moved, saved as a training run saves its final model."""
+    from olmpipe.architectures import publish_expert_layout
+
+    model, processor = load_model_and_processor(folder)
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn(p.shape, generator=gen) * 0.1)
+    model.save_pretrained(out)
+    publish_expert_layout(out)
+    processor.save_pretrained(out)
+    return model
+
+
+@pytest.mark.parametrize("arch", ["qwen2_vl", "qwen3_vl", "qwen3_vl_moe"])
+def test_soup_of_every_architecture_is_the_mean_of_the_live_models(arch, tiny_models, tmp_path):
+    """Whatever names and layouts an architecture saves (renamed prefixes, Qwen3-VL-MoE's published
+    expert layout), the soup loads back as the mean of the seeds' live parameters."""
+    a = _perturbed_copy(tiny_models(arch), tmp_path / "a", 1)
+    b = _perturbed_copy(tiny_models(arch), tmp_path / "b", 2)
+    souped, _ = load_model_and_processor(soup([tmp_path / "a", tmp_path / "b"], tmp_path / "soup"))
+    pa, pb = dict(a.named_parameters()), dict(b.named_parameters())
+    for name, param in souped.named_parameters():
+        assert torch.allclose(param, (pa[name] + pb[name]) / 2, atol=1e-6), name

@@ -1,4 +1,5 @@
-"""The embedded tiny Qwen2.5-VL: builds offline, loads back with the real loading code, generates."""
+"""The embedded tiny model (Qwen2.5-VL by default, or Qwen2-VL, Qwen3-VL, Qwen3-VL-MoE): builds offline,
+loads back with the real loading code, generates."""
 
 import json
 
@@ -14,28 +15,34 @@ def test_builds_a_loadable_hf_folder(tiny_model_dir):
     assert spec["hidden_size"] == 64
 
 
-def test_token_ids_agree_between_config_and_tokenizer(tiny_model_dir):
+ARCHS = ["qwen2_5_vl", "qwen2_vl", "qwen3_vl", "qwen3_vl_moe"]
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_token_ids_agree_between_config_and_tokenizer(arch, tiny_models):
     from olmpipe.modelload import load_model_and_processor
 
-    model, processor = load_model_and_processor(tiny_model_dir)
+    model, processor = load_model_and_processor(tiny_models(arch))
     tok = processor.tokenizer
     cfg = model.config
+    assert cfg.model_type == arch
     assert cfg.image_token_id == tok.convert_tokens_to_ids("<|image_pad|>")
     assert cfg.video_token_id == tok.convert_tokens_to_ids("<|video_pad|>")
     assert cfg.vision_start_token_id == tok.convert_tokens_to_ids("<|vision_start|>")
     assert cfg.text_config.eos_token_id == tok.eos_token_id == tok.convert_tokens_to_ids("<|im_end|>")
-    assert sum(cfg.text_config.rope_parameters["mrope_section"]) * 2 == (
-        cfg.text_config.hidden_size // cfg.text_config.num_attention_heads
-    )
+    head_dim = getattr(cfg.text_config, "head_dim", None) or (
+        cfg.text_config.hidden_size // cfg.text_config.num_attention_heads)
+    assert sum(cfg.text_config.rope_parameters["mrope_section"]) * 2 == head_dim == 64
 
 
-def test_generates_from_an_image_prompt(tiny_model_dir):
+@pytest.mark.parametrize("arch", ARCHS)
+def test_generates_from_an_image_prompt(arch, tiny_models):
     from PIL import Image
 
     from olmpipe.modelload import load_model_and_processor
 
     torch.set_num_threads(1)
-    model, processor = load_model_and_processor(tiny_model_dir)
+    model, processor = load_model_and_processor(tiny_models(arch))
     messages = [{"role": "user", "content": [{"type": "text", "text": "Read."}, {"type": "image"}]}]
     prompt = processor.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
     assert prompt.endswith("<|im_start|>assistant\n")
@@ -61,20 +68,27 @@ def test_rejects_a_bad_shape(tmp_path):
         build_tiny_model(tmp_path / "bad", hidden_size=50)
 
 
-def test_folder_is_loadable_by_vllm(tiny_model_dir):
-    """What vLLM's CPU build needs (docs/vllm.md): text heads of 64 and the stock processor, video included."""
-    config = json.loads((tiny_model_dir / "config.json").read_text())["text_config"]
-    assert config["hidden_size"] // config["num_attention_heads"] == 64  # vLLM's CPU attention rejects 16
+@pytest.mark.parametrize(("arch", "stock"), [("qwen2_5_vl", "Qwen2_5_VLProcessor"), ("qwen3_vl", "Qwen3VLProcessor"),
+                                           ("qwen3_vl_moe", "Qwen3VLProcessor")])
+def test_folder_is_loadable_by_vllm(arch, stock, tiny_models):
+    """What vLLM's CPU build needs (docs/vllm.md): text heads of 64 and the stock processor, video
+    included; Qwen3-VL-MoE: the published config's norm_topk_prob and the experts' published layout."""
+    folder = tiny_models(arch)
+    config = json.loads((folder / "config.json").read_text())["text_config"]
+    head_dim = config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
+    assert head_dim == 64  # vLLM's CPU attention rejects 16
     assert sum(config["rope_parameters"]["mrope_section"]) == 32
-    saved = json.loads((tiny_model_dir / "processor_config.json").read_text())
-    assert saved["processor_class"] == "Qwen2_5_VLProcessor" and "video_processor" in saved
-    tok = json.loads((tiny_model_dir / "tokenizer_config.json").read_text())
-    assert tok.get("processor_class", "Qwen2_5_VLProcessor") == "Qwen2_5_VLProcessor"
+    assert config.get("norm_topk_prob", True) is True
+    saved = json.loads((folder / "processor_config.json").read_text())
+    assert saved["processor_class"] == stock and "video_processor" in saved
+    tok = json.loads((folder / "tokenizer_config.json").read_text())
+    assert tok.get("processor_class", stock) == stock
     try:
         import torchvision  # noqa: F401  (the stock processor's video part needs it)
     except ImportError:
         return
     from transformers import AutoProcessor
 
-    processor = AutoProcessor.from_pretrained(tiny_model_dir)
-    assert type(processor).__name__ == "Qwen2_5_VLProcessor" and processor.video_processor is not None
+    processor = AutoProcessor.from_pretrained(folder)
+    assert type(processor).__name__ == stock and processor.video_processor is not None
+    assert processor.image_processor.patch_size == (16 if arch.startswith("qwen3") else 14)

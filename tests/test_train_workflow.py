@@ -126,3 +126,47 @@ def test_a_lora_run_of_the_embedded_default_finishes(tmp_path):
     assert (results / "train" / "soup" / "model" / "model.safetensors").exists()
     assert (results / "evaluate" / "comparison.json").exists()
     assert (results / "report" / "index.html").exists()
+
+
+QWEN3_OVERRIDES = {
+    "bench": {"dir": "bench", "split": {"eval_fraction": 0.34}},
+    "rasterize": {"longest_side": 200},
+    "validate": {"check_math": False},
+    "generation": {"max_new_tokens": 8},
+    # agreement with the group's medoid: rewards that differ within a group (unlike the bench
+    # tests on 8-token answers of a random model), so that one step moves the weights
+    "rewards": {"bench": {"processes": 0}, "weights": {"medoid": 1.0}},
+    "train": {"seeds": [0, 1], "wandb": {"mode": "disabled"},
+              "grpo": {"max_steps": 1, "max_completion_length": 8, "save_steps": 1000}},
+}
+
+
+def test_whole_chain_on_a_tiny_qwen3_vl(tmp_path):
+    """Acceptance: `snakemake --cores all train` with config/tiny-qwen3vl.yaml (model.tiny.architecture:
+    qwen3_vl) builds a tiny Qwen3-VL, trains two seeds that move its weights, soups them (the float32
+    mean), evaluates the soup against the baseline and writes the report."""
+    from safetensors.torch import load_file
+
+    make_small_bench(tmp_path / "bench")
+    (tmp_path / "config").mkdir()
+    (tmp_path / "config" / "config.yaml").write_text(yaml.safe_dump(QWEN3_OVERRIDES))
+    proc = snakemake(tmp_path, "train", "--configfile", str(REPO / "config" / "tiny-qwen3vl.yaml"))
+    assert job_counts(proc) == {"rasterize": 1, "validate": 1, "build_model": 1, "baseline_generate": 1,
+                                "train_seed": 2, "soup": 1, "evaluate_generate": 1, "evaluate_compare": 1,
+                                "report_plots": 1, "report_html": 1, "train": 1}
+    results = tmp_path / "results"
+    folders = [results / "model" / "tiny", *(results / "train" / f"seed{s}" / "model" for s in (0, 1)),
+               results / "train" / "soup" / "model"]
+    for folder in folders:
+        assert json.loads((folder / "config.json").read_text())["model_type"] == "qwen3_vl", folder
+    base, seed0, seed1, soup = (load_file(str(f / "model.safetensors")) for f in folders)
+    moved = [n for n in base if not base[n].equal(seed0[n])]
+    assert moved and any(not base[n].equal(seed1[n]) for n in base)  # both seeds trained
+    for name in moved:
+        assert soup[name].allclose((seed0[name].float() + seed1[name].float()) / 2)
+    generations = [json.loads(x) for x in (results / "evaluate" / "tiny-qwen3-vl" / "generations.jsonl")
+                   .read_text().splitlines()]
+    assert generations and {g["model"] for g in generations} == {"tiny-qwen3-vl+grpo"}
+    comparison = json.loads((results / "evaluate" / "comparison.json").read_text())
+    assert comparison["baseline"]["name"] == "tiny-qwen3-vl" and comparison["rows"]
+    assert "tiny-qwen3-vl" in (results / "report" / "index.html").read_text()

@@ -1,5 +1,5 @@
-# The base model. The embedded default: a tiny random Qwen2.5-VL built locally (no network),
-# skipped when model.path names a model folder or a hub id.
+# The base model. The embedded default: a tiny random VLM (model.tiny.architecture) built locally
+# (no network), skipped when model.path names a model folder or a hub id.
 
 
 rule build_model:

@@ -1,4 +1,4 @@
-"""Snakemake script of rule build_model: build the embedded tiny Qwen2.5-VL."""
+"""Snakemake script of rule build_model: build the embedded tiny model (model.tiny)."""
 
 import logging
 import os
@@ -15,4 +15,5 @@ build_tiny_model(
     hidden_size=tiny["hidden_size"],
     num_layers=tiny["num_layers"],
     vocab_size=tiny["vocab_size"],
+    architecture=tiny["architecture"],
 )
