@@ -316,8 +316,11 @@ def files(folder):
 @pytest.mark.vllm
 @pytest.mark.slow
 @needs_vllm
-def test_baseline_stage_through_vllm_matches_transformers_layout(bench_stage, tiny_model_dir, tmp_path):
-    """Same files and record fields as the transformers backend; ladder, repeats, seeds, failures."""
+@pytest.mark.parametrize("arch", ["qwen2_5_vl", "qwen3_vl"])
+def test_baseline_stage_through_vllm_matches_transformers_layout(arch, bench_stage, tiny_models, tmp_path):
+    """Same files and record fields as the transformers backend; ladder, repeats, seeds, failures; on
+    the tiny Qwen2.5-VL and the tiny Qwen3-VL."""
+    tiny_model_dir = tiny_models(arch)
     reference = run_stage(bench_stage, tiny_model_dir, "transformers", tmp_path / "hf")
     first = run_stage(bench_stage, tiny_model_dir, "vllm", tmp_path / "vllm")
     assert files(tmp_path / "vllm") == files(tmp_path / "hf")
@@ -369,9 +372,11 @@ def top5(pairs):
 def main(tiny, fixed):
     os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1",
                       MASTER_PORT=sys.argv[3])
-    from olmpipe.generate.vllm_backend import keep_cpu_linear_weights, refresh_after_weight_sync
+    from olmpipe.generate.vllm_backend import (keep_cpu_expert_weights, keep_cpu_linear_weights,
+                                               refresh_after_weight_sync)
     if fixed:
         keep_cpu_linear_weights()
+        keep_cpu_expert_weights()
     from PIL import Image
     from vllm import LLM, SamplingParams
     from olmpipe.modelload import load_model_and_processor
@@ -400,10 +405,14 @@ def main(tiny, fixed):
             p.add_(torch.randn(p.shape, generator=gen) * 0.5 * (p.std() if p.numel() > 1 else 1))
     failed = []
     model = llm.llm_engine.model_executor.driver_worker.model_runner.model
-    for name, param in hf.named_parameters():  # as TRL's sync_weights does
+    params = ((name, param.data) for name, param in hf.named_parameters())  # as TRL's sync_weights does
+    if fixed:  # ResumableGRPOTrainer: Qwen3-VL-MoE experts in the layout vLLM loads
+        from olmpipe.architectures import published_layout
+        params = published_layout(params)
+    for name, tensor in params:
         try:
-            model.load_weights([(name, param.data)])
-        except (AttributeError, AssertionError) as exc:
+            model.load_weights([(name, tensor)])
+        except (AttributeError, AssertionError, RuntimeError) as exc:
             failed.append(f"{name}: {exc}")
     if fixed:
         refresh_after_weight_sync(llm)
@@ -456,4 +465,24 @@ def test_colocated_weight_sync_reaches_generation_on_cpu(tiny_model_dir, tmp_pat
     fixed = run_sync(tmp_path, tiny_model_dir, "fixed")
     engine, reference = fixed["after"]
     assert fixed["failed"] == [] and same_top5(engine, reference)  # every weight, vision tower included
+    assert not same_top5(engine, fixed["before"][0])
+
+
+@pytest.mark.vllm
+@pytest.mark.slow
+@needs_vllm
+@pytest.mark.parametrize("arch", ["qwen3_vl", "qwen3_vl_moe"])
+def test_qwen3_vl_runs_in_vllm_and_follows_the_weight_sync(arch, tiny_models, tmp_path):
+    """vLLM's CPU build runs the tiny Qwen3-VL and Qwen3-VL-MoE: the engine's next-token log-probs
+    equal transformers' on the same page before and after a TRL-style weight sync (experts included:
+    their layout is what vLLM reads, olmpipe.architectures.published_layout)."""
+    from vllm.platforms import current_platform
+
+    if not current_platform.is_cpu():
+        pytest.skip("the repacking the fixed sync avoids is in vLLM's CPU build")
+    fixed = run_sync(tmp_path, tiny_models(arch), "fixed")
+    engine, reference = fixed["before"]
+    assert same_top5(engine, reference)  # vLLM reads the folder as transformers does
+    engine, reference = fixed["after"]
+    assert fixed["failed"] == [] and same_top5(engine, reference)
     assert not same_top5(engine, fixed["before"][0])

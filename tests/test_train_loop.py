@@ -57,6 +57,32 @@ def test_full_run_with_configured_rewards(tmp_path, tiny_model_dir):
     assert state["global_step"] == 4
 
 
+def test_a_moe_run_writes_its_final_model_in_the_published_expert_layout(tmp_path, tiny_models):
+    """Qwen3-VL-MoE trains like the others; its final model stores the experts as published checkpoints
+    do (what vLLM loads, olmpipe.architectures), and reads back as the trained weights."""
+    import torch
+    from safetensors import safe_open
+
+    from olmpipe.architectures import publish_expert_layout
+    from olmpipe.modelload import load_model_and_processor
+
+    pages, tests = make_page_index(tmp_path)
+    cfg = load_config(overrides={"train": {"wandb": {"mode": "disabled"},
+                                           "grpo": {**SMALL, "max_steps": 1, "save_steps": 1}},
+                                 "rewards": {"bench": {"processes": 0}}})
+    run = tmp_path / "moe"
+    assert train_seed(cfg, seed=0, model_path=tiny_models("qwen3_vl_moe"), pages=pages, tests_dir=tests,
+                      run_dir=run, reward_funcs=[LowIdReward()]) == 0
+    final, checkpoint = run / "model", run / "checkpoint-1"
+    assert publish_expert_layout(final) == 0  # already in the published layout
+    with safe_open(str(final / "model.safetensors"), framework="pt") as fh:
+        shapes = {n: tuple(fh.get_slice(n).get_shape()) for n in fh.keys() if ".experts." in n}  # noqa: SIM118
+    assert shapes and all(s in ((4, 64, 96), (4, 48, 64)) for s in shapes.values())  # [E, H, 2I], [E, I, H]
+    a, _ = load_model_and_processor(final)
+    b, _ = load_model_and_processor(checkpoint)  # the trainer's own save of the same step
+    assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values(), strict=True))
+
+
 #: LoRA on the tiny model: an adapter on every language-model projection plus lm_head trained in
 #: full (modules_to_save). Adapters inside the model alone cannot move this reward: the tiny random
 #: model's logits are nearly uniform and a hidden state passes the final RMSNorm into a small random

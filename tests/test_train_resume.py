@@ -236,3 +236,32 @@ def test_evaluation_during_training_is_logged_and_plotted(tmp_path, tiny_model_d
                       reward_funcs=[LowIdReward()]) == 0
     curve = read_reward_curve(run / "metrics.jsonl", EVAL_KEYS)
     assert [step for step, _ in curve] == [2.0, 4.0] and all(0 <= v <= 1 for _, v in curve)
+
+
+@pytest.mark.parametrize("arch", ["qwen2_5_vl", "qwen2_vl", "qwen3_vl", "qwen3_vl_moe"])
+def test_checkpoint_loader_restores_every_architecture(arch, tiny_models, tmp_path):
+    """load_checkpoint_weights restores a checkpoint exactly, in what names and layout it was saved:
+    as transformers saves (renamed prefixes of Qwen2/2.5-VL, live names of Qwen3-VL) and, for
+    Qwen3-VL-MoE, also with the experts in the published layout of a final model (same names,
+    transposed shapes: the plain load would fail on them, the conversion reads them)."""
+    from olmpipe.architectures import publish_expert_layout
+    from olmpipe.modelload import load_model_and_processor
+    from olmpipe.train.trainer import load_checkpoint_weights
+
+    trained, _ = load_model_and_processor(tiny_models(arch))
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for p in trained.parameters():
+            p.add_(torch.randn(p.shape, generator=gen) * 0.1)
+    trained.save_pretrained(tmp_path / "checkpoint-1")
+    folders = [tmp_path / "checkpoint-1"]
+    if arch == "qwen3_vl_moe":
+        trained.save_pretrained(tmp_path / "published")
+        assert publish_expert_layout(tmp_path / "published") > 0
+        folders.append(tmp_path / "published")
+    expected = trained.state_dict()
+    for folder in folders:
+        model, _ = load_model_and_processor(tiny_models(arch))
+        load_checkpoint_weights(model, folder)
+        restored = model.state_dict()
+        assert all(torch.equal(restored[k], expected[k]) for k in expected), folder

@@ -245,6 +245,50 @@ def keep_cpu_linear_weights() -> bool:
     return True
 
 
+def keep_cpu_expert_weights() -> bool:
+    """On vLLM's CPU build, keep mixture-of-experts weights as plain parameters (Qwen3-VL-MoE), so that a
+    weight sync reaches generation: :func:`keep_cpu_linear_weights` for fused experts.
+
+    vLLM 0.31's CPU experts pad and prepack ``w13_weight``/``w2_weight`` after loading
+    (``CPUUnquantizedExperts.process_weights_after_loading``,
+    ``model_executor/layers/fused_moe/experts/cpu_moe.py:208-218``) for their grouped-gemm kernel
+    (``apply``, lines 269-316); TRL's ``load_weights`` then writes the new expert weights in the
+    unpacked layout into the packed parameters and the engine computes with neither. This keeps the
+    loaded parameters as they are and computes each routed expert with plain torch matmuls from
+    them (slow, exact). Returns False (doing nothing) on any other platform.
+    """
+    import torch
+    from vllm.platforms import current_platform
+
+    if not current_platform.is_cpu():
+        return False
+    from vllm.model_executor.layers.fused_moe.experts import cpu_moe
+
+    def keep_loaded(self: Any, layer: Any) -> None:
+        self._use_zentorch = False
+
+    def apply(self: Any, output: Any, hidden_states: Any, w1: Any, w2: Any, topk_weights: Any, topk_ids: Any,
+              *args: Any, **kwargs: Any) -> None:
+        # w1: [E, 2I, H] (gate rows, then up rows), w2: [E, H, I]; router weights not yet applied.
+        # Every expert on every token, weighted 0 where not routed: no data-dependent control flow,
+        # which the engine's torch.compile cannot trace.
+        x = hidden_states.float()
+        out = torch.zeros(hidden_states.shape, dtype=torch.float32, device=hidden_states.device)
+        inner = w2.shape[-1]
+        for expert in range(w1.shape[0]):
+            weight = (topk_weights.float() * (topk_ids == expert)).sum(dim=1, keepdim=True)
+            gate_up = x @ w1[expert].float().t()
+            act = torch.nn.functional.silu(gate_up[:, :inner]) * gate_up[:, inner:]
+            out = out + weight * (act @ w2[expert].float().t())
+        output.copy_(out.to(output.dtype))
+
+    for cls in [c for c in vars(cpu_moe).values() if isinstance(c, type) and issubclass(c, cpu_moe.CPUUnquantizedExperts)]:
+        cls.process_weights_after_loading = keep_loaded
+        cls.apply = apply
+    logger.info("vLLM CPU build: MoE experts keep plain weights (weight sync for colocated rollouts)")
+    return True
+
+
 def refresh_after_weight_sync(llm: Any) -> None:
     """Drop what an engine computed with the old weights: prefix (KV) blocks and vision encoder outputs.
 

@@ -31,6 +31,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from olmpipe.architectures import publish_expert_layout
 from olmpipe.records.files import atomic_write, publish_dir, staging_dir, staging_path, write_json
 from olmpipe.records.metrics import METRICS_JSONL, final_metrics_path, truncate_metrics
 from olmpipe.records.models import TRAIN_INFO_NAME
@@ -147,6 +148,7 @@ def _write_final(save_weights: Callable[[Path], None], processor: Any, final_dir
     barrier()
     save_weights(tmp)
     if is_main:
+        publish_expert_layout(tmp)  # Qwen3-VL-MoE experts in the layout vLLM reads (no-op when dense)
         processor.save_pretrained(str(tmp))
         write_json(tmp / TRAIN_INFO_NAME, info)
         publish_dir(tmp, final_dir)

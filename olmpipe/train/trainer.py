@@ -50,6 +50,17 @@ def _weight_map(folder: Path) -> dict[str, str]:
         raise CheckpointLoadError(str(exc)) from None
 
 
+def _stored_shapes(folder: Path, stored: dict[str, str]) -> dict[str, tuple[int, ...]]:
+    """Tensor name -> shape as stored, read from the safetensors headers (no tensor is loaded)."""
+    from safetensors import safe_open
+
+    shapes = {}
+    for file in sorted(set(stored.values())):
+        with safe_open(str(folder / file), framework="pt") as fh:
+            shapes.update({name: tuple(fh.get_slice(name).get_shape()) for name in fh.keys()})  # noqa: SIM118
+    return shapes
+
+
 def _load_plain(model: Any, folder: Path, files: set[str]) -> None:
     """Load a checkpoint whose keys are the live model's own names (strict)."""
     from safetensors.torch import load_file
@@ -75,8 +86,9 @@ def _check_complete(model: Any, folder: Path, missing: list[str], unexpected: li
 def load_checkpoint_weights(model: Any, checkpoint: str | Path) -> None:
     """Copy the weights of ``checkpoint`` into ``model`` in place, or raise :class:`CheckpointLoadError`.
 
-    When the stored names are the model's own (no conversion), the files are loaded strictly.
-    Otherwise the checkpoint is read with ``type(model).from_pretrained`` on the CPU in the model's
+    When the stored names and shapes are the model's own (no conversion), the files are loaded
+    strictly. Otherwise (renamed prefixes of Qwen2/2.5-VL, Qwen3-VL-MoE experts in the published
+    layout: :mod:`olmpipe.architectures`) the checkpoint is read with ``type(model).from_pretrained`` on the CPU in the model's
     dtype -- the same conversion path as any model load -- and copied tensor by tensor; this holds a
     second copy of the weights in host memory for the moment of the copy.
     """
@@ -85,8 +97,10 @@ def load_checkpoint_weights(model: Any, checkpoint: str | Path) -> None:
     folder = Path(checkpoint)
     stored = _weight_map(folder)
     keys = set(stored)
-    own = set(model.state_dict())
-    if keys <= own and own - keys <= set(getattr(model, "_tied_weights_keys", None) or []):
+    state = model.state_dict()
+    own = set(state)
+    if (keys <= own and own - keys <= set(getattr(model, "_tied_weights_keys", None) or [])
+            and _stored_shapes(folder, stored) == {k: tuple(state[k].shape) for k in keys}):
         _load_plain(model, folder, set(stored.values()))
         logger.info("restored %d tensors from %s", len(keys), folder)
         return
@@ -126,10 +140,12 @@ class ResumableGRPOTrainer(GRPOTrainer):
 
     vLLM colocate mode: before the engine is built, :func:`olmpipe.generate.vllm_backend.keep_cpu_linear_weights`
     keeps vLLM's CPU build from repacking linear weights (otherwise TRL's weight sync fails for the
-    vision tower and leaves stale packed copies of the language model); after every
-    ``sync_weights`` the engine's prefix and vision-encoder caches are dropped
+    vision tower and leaves stale packed copies of the language model), and
+    :func:`~olmpipe.generate.vllm_backend.keep_cpu_expert_weights` does the same for Qwen3-VL-MoE's
+    experts; after every ``sync_weights`` the engine's prefix and vision-encoder caches are dropped
     (:func:`~olmpipe.generate.vllm_backend.refresh_after_weight_sync`; TRL 1.16 resets only the
-    prefix cache). See docs/vllm.md.
+    prefix cache). Qwen3-VL-MoE's expert weights are sent in the layout vLLM loads
+    (:meth:`_sync_experts_in_published_layout`, colocate and server mode). See docs/vllm.md.
     """
 
     #: Set by :class:`olmpipe.train.callbacks.StopOnSignal` when a stop signal arrived: the checkpoint
@@ -140,9 +156,10 @@ class ResumableGRPOTrainer(GRPOTrainer):
         config = kwargs.get("args")
         colocate = bool(config is not None and config.use_vllm and config.vllm_mode == "colocate")
         if colocate:
-            from olmpipe.generate.vllm_backend import keep_cpu_linear_weights
+            from olmpipe.generate.vllm_backend import keep_cpu_expert_weights, keep_cpu_linear_weights
 
             keep_cpu_linear_weights()
+            keep_cpu_expert_weights()
         self._step_losses: list[Any] = []  # this optimizer step's micro-batch losses (take_nonfinite_loss)
         super().__init__(*args, **kwargs)
         from accelerate.utils import is_peft_model
@@ -151,6 +168,26 @@ class ResumableGRPOTrainer(GRPOTrainer):
             self._prepare_adapter()
         if colocate:
             self._refresh_after_sync()
+        self._sync_experts_in_published_layout()
+
+    def _sync_experts_in_published_layout(self) -> None:
+        """Qwen3-VL-MoE: send the fused expert weights to vLLM in the layout its loader expects.
+
+        vLLM 0.31 loads Qwen3-VL-MoE experts as published checkpoints store them and transposes them
+        (``vllm/model_executor/models/qwen3_vl_moe.py``, ``is_fused_checkpoint_transposed=True``), also
+        when TRL pushes the live weights (``load_weights`` in colocate mode, the server's in server
+        mode); the live parameters are the transpose (:mod:`olmpipe.architectures`). Private seam:
+        wraps ``VLLMGeneration._iter_named_params`` (``trl/generation/vllm_generation.py:435-479``,
+        TRL 1.16.0), the one iterator both sync paths read names and tensors from.
+        """
+        from olmpipe.architectures import ARCHITECTURES, published_layout
+
+        generation = getattr(self, "vllm_generation", None)
+        arch = ARCHITECTURES.get(getattr(self.model.config, "model_type", ""))
+        if generation is None or arch is None or not arch.moe:
+            return
+        named_params = generation._iter_named_params
+        generation._iter_named_params = lambda: published_layout(named_params())
 
     def _prepare_adapter(self) -> None:
         """LoRA: fp32 adapter weights on a quantized base, and vLLM syncs that leave the base as it was.
