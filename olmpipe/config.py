@@ -178,7 +178,8 @@ def _model_problems(config: Mapping[str, Any]) -> list[str]:
     """``model.path`` of an unsupported architecture (:func:`olmpipe.architectures.model_problems`),
     and vLLM context lengths too short for a page of the model's architecture
     (:func:`olmpipe.plan.context_problems`), where the model's image processor is known: the
-    embedded model's architecture, a model folder, or a hub id of :data:`olmpipe.plan.KNOWN_MODELS`."""
+    embedded model's architecture, a model folder (a hub id's download folder once it exists, or its
+    Hugging Face cache), or a hub id of :data:`olmpipe.plan.KNOWN_MODELS`."""
     from olmpipe.architectures import (
         ARCHITECTURES,
         architecture_of,
@@ -196,10 +197,17 @@ def _model_problems(config: Mapping[str, Any]) -> list[str]:
 
         budget = tiny_budget(ARCHITECTURES[model["tiny"]["architecture"]])
     else:
-        problems = model_problems(model["path"])
+        from olmpipe.layout import ModelPathError, model_dir
+
+        try:  # the folder the jobs read: a local one, or a hub id's download once it is there
+            target = model_dir(config)
+        except ModelPathError:  # a hub id without model.revision: the workflow's own check says so
+            target = model["path"]
+        target = target if Path(target).exists() else model["path"]
+        problems = model_problems(target)
         if problems:
             return problems
-        found = model_config(model["path"])
+        found = model_config(target)
         if found is not None:
             budget = image_budget_of(Path(found[1]).parent, architecture_of(*found))
         elif model["path"] in KNOWN_MODELS:

@@ -170,3 +170,20 @@ def test_whole_chain_on_a_tiny_qwen3_vl(tmp_path):
     comparison = json.loads((results / "evaluate" / "comparison.json").read_text())
     assert comparison["baseline"]["name"] == "tiny-qwen3-vl" and comparison["rows"]
     assert "tiny-qwen3-vl" in (results / "report" / "index.html").read_text()
+
+
+def test_qwen3_vl_8b_recipe_plans_one_8_gpu_seed(tmp_path):
+    """`snakemake -n train --configfile config/olmocr2-qwen3vl-8b.yaml`: the hub model downloaded once,
+    one 8-GPU seed (7 ZeRO-2 ranks + 1 vLLM server GPU; the plan fits), the soup and the evaluation."""
+    for name in ("data", "config"):
+        (tmp_path / name).symlink_to(REPO / name)
+    proc = snakemake(tmp_path, "-n", "-p", "train", "--configfile", str(REPO / "config" / "olmocr2-qwen3vl-8b.yaml"))
+    counts = job_counts(proc)
+    assert counts["train_seed"] == 1 and counts["download_model"] == 1 and counts["evaluate_compare"] == 1
+    assert "build_model" not in counts
+    text = proc.stdout + proc.stderr
+    [(command, config)] = re.findall(r"exec (.*?--config-json '(.*?)'.*)", text)
+    assert "--gpus 8 --vllm-server-gpus 1 --launcher accelerate --strategy zero2" in command
+    job = json.loads(config)
+    assert job["model"]["path"] == "Qwen/Qwen3-VL-8B-Instruct" and job["train"]["seeds"] == [1]
+    assert job["train"]["grpo"]["importance_sampling_level"] == "sequence"
