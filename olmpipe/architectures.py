@@ -154,6 +154,20 @@ class Architecture:
     #: Live-model module prefixes of the language model and the vision tower (transformers 5).
     language_prefix: str = "model.language_model."
     vision_prefix: str = "model.visual."
+    #: Names of the linear layers of a vision block's MLP (its attention has ``qkv`` and ``proj``).
+    vision_mlp: tuple[str, ...] = ("gate_proj", "up_proj", "down_proj")
+
+    @property
+    def language_linear_names(self) -> tuple[str, ...]:
+        """Last name parts of a decoder layer's ``nn.Linear`` modules: attention, and the MLP of a
+        dense model (Qwen3-VL-MoE's experts and router are parameters, not ``nn.Linear``)."""
+        attention = ("q_proj", "k_proj", "v_proj", "o_proj")
+        return attention if self.moe else (*attention, "gate_proj", "up_proj", "down_proj")
+
+    @property
+    def vision_linear_names(self) -> tuple[str, ...]:
+        """Last name parts of a vision block's ``nn.Linear`` modules (under ``vision_prefix + "blocks."``)."""
+        return ("qkv", "proj", *self.vision_mlp)
 
     def live_name(self, saved: str) -> str:
         """The live model's name of a tensor stored as ``saved`` (what ``from_pretrained`` renames)."""
@@ -186,13 +200,16 @@ ARCHITECTURES: Mapping[str, Architecture] = MappingProxyType({
     arch.key: arch
     for arch in (
         Architecture("qwen2_vl", "Qwen2-VL", "Qwen2VLForConditionalGeneration", "Qwen2VLProcessor",
-                     "Qwen2VLVideoProcessor", _QWEN2_BUDGET, _QWEN2_MEAN, _QWEN2_STD, _QWEN2_SAVED),
+                     "Qwen2VLVideoProcessor", _QWEN2_BUDGET, _QWEN2_MEAN, _QWEN2_STD, _QWEN2_SAVED,
+                     vision_mlp=("fc1", "fc2")),
         Architecture("qwen2_5_vl", "Qwen2.5-VL", "Qwen2_5_VLForConditionalGeneration", "Qwen2_5_VLProcessor",
                      "Qwen2VLVideoProcessor", _QWEN2_BUDGET, _QWEN2_MEAN, _QWEN2_STD, _QWEN2_SAVED),
         Architecture("qwen3_vl", "Qwen3-VL", "Qwen3VLForConditionalGeneration", "Qwen3VLProcessor",
-                     "Qwen3VLVideoProcessor", _QWEN3_BUDGET, (0.5, 0.5, 0.5), (0.5, 0.5, 0.5)),
+                     "Qwen3VLVideoProcessor", _QWEN3_BUDGET, (0.5, 0.5, 0.5), (0.5, 0.5, 0.5),
+                     vision_mlp=("linear_fc1", "linear_fc2")),
         Architecture("qwen3_vl_moe", "Qwen3-VL-MoE", "Qwen3VLMoeForConditionalGeneration", "Qwen3VLProcessor",
-                     "Qwen3VLVideoProcessor", _QWEN3_BUDGET, (0.5, 0.5, 0.5), (0.5, 0.5, 0.5), moe=True),
+                     "Qwen3VLVideoProcessor", _QWEN3_BUDGET, (0.5, 0.5, 0.5), (0.5, 0.5, 0.5), moe=True,
+                     vision_mlp=("linear_fc1", "linear_fc2")),
     )
 })
 _BY_CLASS = MappingProxyType({a.model_class: a for a in ARCHITECTURES.values()})

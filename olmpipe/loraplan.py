@@ -34,25 +34,50 @@ QUANT_BYTES = {
 }
 
 
+def _arch(shape: Any) -> Any:
+    from olmpipe.architectures import ARCHITECTURES
+
+    return ARCHITECTURES[shape.architecture]
+
+
 def text_linear_shapes(shape: Any) -> dict[str, tuple[int, int]]:
-    """(in, out) features of each linear layer of one language-model layer, by module name."""
-    h, i, kv = shape.hidden_size, shape.intermediate_size, shape.kv_dim
-    return {"q_proj": (h, h), "k_proj": (h, kv), "v_proj": (h, kv), "o_proj": (h, h),
+    """(in, out) features of each linear layer of one language-model layer, by module name.
+
+    Queries and the attention output are ``heads x head_dim`` wide (Qwen3-VL's head size is its
+    own); the MLP's projections exist in dense layers only (:func:`linear_layer_counts`).
+    """
+    h, i, q, kv = shape.hidden_size, shape.intermediate_size, shape.q_dim, shape.kv_dim
+    return {"q_proj": (h, q), "k_proj": (h, kv), "v_proj": (h, kv), "o_proj": (q, h),
             "gate_proj": (h, i), "up_proj": (h, i), "down_proj": (i, h)}
 
 
+def linear_layer_counts(shape: Any) -> dict[str, int]:
+    """How many language-model layers hold each linear layer: attention in every one, the MLP's
+    projections only in dense layers (Qwen3-VL-MoE's experts are fused parameters, not ``nn.Linear``)."""
+    dense = shape.num_layers - shape.moe_layers
+    return {name: shape.num_layers if name.endswith(("q_proj", "k_proj", "v_proj", "o_proj")) else dense
+            for name in text_linear_shapes(shape)}
+
+
 def vision_linear_shapes(shape: Any) -> dict[str, tuple[int, int]]:
-    """(in, out) features of each linear layer of one vision block, by module name."""
+    """(in, out) features of each linear layer of one vision block, by module name (the MLP's names
+    follow the architecture: gate/up/down on Qwen2.5-VL, fc1/fc2 on Qwen2-VL, linear_fc1/2 on Qwen3-VL)."""
     hv, iv = shape.vision_hidden_size, shape.vision_intermediate_size
-    return {"qkv": (hv, 3 * hv), "proj": (hv, hv), "gate_proj": (hv, iv), "up_proj": (hv, iv), "down_proj": (iv, hv)}
+    mlp = _arch(shape).vision_mlp
+    if len(mlp) == 3:
+        return {"qkv": (hv, 3 * hv), "proj": (hv, hv), mlp[0]: (hv, iv), mlp[1]: (hv, iv), mlp[2]: (iv, hv)}
+    return {"qkv": (hv, 3 * hv), "proj": (hv, hv), mlp[0]: (hv, iv), mlp[1]: (iv, hv)}
 
 
 def linear_parameters(shape: Any) -> int:
-    """Weights of every linear layer bitsandbytes quantizes (language-model layers, vision blocks, merger)."""
-    text = sum(a * b for a, b in text_linear_shapes(shape).values()) * shape.num_layers
+    """Weights of every linear layer bitsandbytes quantizes (language-model layers, vision blocks, the
+    patch merger and Qwen3-VL's DeepStack mergers); not Qwen3-VL-MoE's experts (no ``nn.Linear``)."""
+    counts = linear_layer_counts(shape)
+    text = sum(a * b * counts[name] for name, (a, b) in text_linear_shapes(shape).items())
     vision = sum(a * b for a, b in vision_linear_shapes(shape).values()) * shape.vision_depth
     merged = shape.vision_hidden_size * shape.spatial_merge_size**2
-    return text + vision + merged * merged + merged * shape.vision_out_hidden_size
+    mergers = 1 + shape.deepstack_mergers
+    return text + vision + mergers * (merged * merged + merged * shape.vision_out_hidden_size)
 
 
 def adapter_parameters(shape: Any, peft: Mapping[str, Any]) -> tuple[int, list[str]]:
@@ -60,28 +85,31 @@ def adapter_parameters(shape: Any, peft: Mapping[str, Any]) -> tuple[int, list[s
     r, extra = int(peft["r"]), bool(peft["dora"])
     unknown: list[str] = []
 
-    def count(table: dict[str, tuple[int, int]], names: list[str], depth: int) -> int:
+    def count(table: dict[str, tuple[int, int]], names: list[str], depth: dict[str, int]) -> int:
         total = 0
         for name in names:
             if name not in table:
                 unknown.append(name)
                 continue
             fan_in, fan_out = table[name]
-            total += r * (fan_in + fan_out) + (fan_out if extra else 0)
-        return total * depth
+            total += (r * (fan_in + fan_out) + (fan_out if extra else 0)) * depth[name]
+        return total
 
-    total = count(text_linear_shapes(shape), list(peft["target_modules"]), shape.num_layers)
+    total = count(text_linear_shapes(shape), list(peft["target_modules"]), linear_layer_counts(shape))
     if peft["vision"]:
-        total += count(vision_linear_shapes(shape), list(peft["vision_target_modules"]), shape.vision_depth)
+        table = vision_linear_shapes(shape)
+        names = list(peft["vision_target_modules"] or table)
+        total += count(table, names, dict.fromkeys(table, shape.vision_depth))
     return total, unknown
 
 
 def saved_module_parameters(shape: Any, peft: Mapping[str, Any]) -> tuple[int, list[str]]:
     """(parameters of ``modules_to_save``, names the plan does not know)."""
     merged = shape.vision_hidden_size * shape.spatial_merge_size**2
+    norm = shape.vision_hidden_size * (1 if shape.architecture == "qwen2_5_vl" else 2)  # RMSNorm, else LayerNorm
     sizes = {"lm_head": shape.vocab_size * shape.hidden_size, "embed_tokens": shape.vocab_size * shape.hidden_size,
-             "merger": shape.vision_hidden_size + merged * merged + merged
-             + merged * shape.vision_out_hidden_size + shape.vision_out_hidden_size}
+             "merger": norm + merged * merged + merged + merged * shape.vision_out_hidden_size
+             + shape.vision_out_hidden_size}
     unknown = [m for m in peft["modules_to_save"] if m.rsplit(".", 1)[-1] not in sizes]
     return sum(sizes.get(m.rsplit(".", 1)[-1], 0) for m in peft["modules_to_save"]), unknown
 

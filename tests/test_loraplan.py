@@ -21,32 +21,40 @@ def _peft(**changes):
     return {**load_config()["train"]["peft"], "enabled": True, **changes}
 
 
+ARCHS = ["qwen2_5_vl", "qwen2_vl", "qwen3_vl", "qwen3_vl_moe"]
+
+
+@pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("changes", [{}, {"vision": True, "r": 3}, {"dora": True, "target_modules": ["q_proj", "down_proj"]},
-                                     {"modules_to_save": ["lm_head"]}])
-def test_adapter_size_is_what_peft_builds(tiny_model_dir, changes):
+                                     {"modules_to_save": ["lm_head"]}, {"modules_to_save": ["merger"]}])
+def test_adapter_size_is_what_peft_builds(arch, tiny_models, changes):
+    """On every architecture (Qwen3-VL's own head size, MoE layers without MLP projections, each
+    vision MLP's names and merger norm)."""
     from peft import get_peft_model
 
     from olmpipe.modelload import load_model_and_processor
     from olmpipe.train.peft import lora_config
 
     peft = _peft(**changes)
-    model, _ = load_model_and_processor(tiny_model_dir, device="cpu")
-    wrapped = get_peft_model(model, lora_config(peft, "qwen2_5_vl"))
+    model, _ = load_model_and_processor(tiny_models(arch), device="cpu")
+    wrapped = get_peft_model(model, lora_config(peft, arch))
     trained = sum(p.numel() for p in wrapped.parameters() if p.requires_grad)
-    shape = load_shape(tiny_model_dir)
+    shape = load_shape(tiny_models(arch))
     adapter, unknown = adapter_parameters(shape, peft)
     saved, unknown_saved = saved_module_parameters(shape, peft)
     assert not unknown and not unknown_saved
     assert adapter + saved == trained
 
 
-def test_quantized_linear_weights_are_every_linear_layer_but_lm_head(tiny_model_dir):
+@pytest.mark.parametrize("arch", ARCHS)
+def test_quantized_linear_weights_are_every_linear_layer_but_lm_head(arch, tiny_models):
+    """bitsandbytes quantizes nn.Linear: not Qwen3-VL-MoE's fused experts, which stay in the compute dtype."""
     from olmpipe.modelload import load_model_and_processor
 
-    model, _ = load_model_and_processor(tiny_model_dir, device="cpu")
+    model, _ = load_model_and_processor(tiny_models(arch), device="cpu")
     linear = sum(m.weight.numel() for n, m in model.named_modules()
                  if isinstance(m, torch.nn.Linear) and not n.endswith("lm_head"))
-    assert linear_parameters(load_shape(tiny_model_dir)) == linear
+    assert linear_parameters(load_shape(tiny_models(arch))) == linear
 
 
 def test_lora_has_no_reference_model_and_trains_only_the_adapter():

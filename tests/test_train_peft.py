@@ -51,17 +51,27 @@ def _adapted(model) -> set[str]:
     return {name.removeprefix("base_model.model.") for name, m in model.named_modules() if isinstance(m, LoraLayer)}
 
 
-def test_adapters_go_on_the_language_model_by_default_and_on_the_vision_tower_when_asked(tiny_model_dir):
-    lm_only = _adapted(_wrapped(tiny_model_dir))
+@pytest.mark.parametrize("arch", ["qwen2_5_vl", "qwen2_vl", "qwen3_vl", "qwen3_vl_moe"])
+def test_adapters_go_on_the_language_model_by_default_and_on_the_vision_tower_when_asked(arch, tiny_models):
+    """Every architecture: the default targets adapt each linear layer of the language model (only
+    attention in Qwen3-VL-MoE, whose experts are fused parameters) and, with `vision`, each linear
+    layer of the vision blocks (gate/up/down, fc1/fc2 or linear_fc1/linear_fc2 by architecture)."""
+    from olmpipe.architectures import ARCHITECTURES
+
+    folder, expected = tiny_models(arch), ARCHITECTURES[arch]
+    lm_only = _adapted(_wrapped(folder))
     assert lm_only and all(n.startswith("model.language_model.layers.") for n in lm_only)
-    assert {n.rsplit(".", 1)[1] for n in lm_only} == set(PEFT_DEFAULTS["target_modules"])
-    both = _adapted(_wrapped(tiny_model_dir, vision=True))
+    assert {n.rsplit(".", 1)[1] for n in lm_only} == set(expected.language_linear_names)
+    assert set(expected.language_linear_names) <= set(PEFT_DEFAULTS["target_modules"])
+    both = _adapted(_wrapped(folder, vision=True))
     vision = {n for n in both - lm_only}
     assert vision and all(n.startswith("model.visual.blocks.") for n in vision)
-    assert {n.rsplit(".", 1)[1] for n in vision} == set(PEFT_DEFAULTS["vision_target_modules"])
+    assert {n.rsplit(".", 1)[1] for n in vision} == set(expected.vision_linear_names)
     assert not any("lm_head" in n or "merger" in n for n in both)
-    only_q = _adapted(_wrapped(tiny_model_dir, target_modules=["q_proj"]))
+    only_q = _adapted(_wrapped(folder, target_modules=["q_proj"]))
     assert {n.rsplit(".", 1)[1] for n in only_q} == {"q_proj"}
+    listed = _adapted(_wrapped(folder, vision=True, vision_target_modules=["qkv"])) - lm_only
+    assert {n.rsplit(".", 1)[1] for n in listed} == {"qkv"}
 
 
 def test_target_pattern_is_anchored_to_the_architecture_prefixes():
@@ -70,7 +80,7 @@ def test_target_pattern_is_anchored_to_the_architecture_prefixes():
     assert re.fullmatch(pattern, "model.language_model.layers.0.mlp.proj")
     assert not re.fullmatch(pattern, "model.language_model.layers.0.mlp.down_proj")  # whole names, not suffixes
     assert not re.fullmatch(pattern, "model.visual.blocks.0.attn.proj")
-    with pytest.raises(PeftSetupError, match="model_type 'llama'.*ARCH_PARTS"):
+    with pytest.raises(PeftSetupError, match="model_type 'llama'; olmpipe supports .*Qwen3-VL \\(qwen3_vl\\)"):
         model_parts("llama")
 
 

@@ -16,6 +16,15 @@ pytest.importorskip("vllm")
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
 
+@pytest.fixture(autouse=True)
+def fresh_vllm_process_groups():
+    """Each colocated engine lives in the test process; vLLM keeps its process groups module-wide, and a
+    later engine reuses them: an MoE engine after a dense one found no expert-parallel group ("EP group
+    is only created for MoE models"). Tear them down after each test, as a new job process would."""
+    yield
+    from vllm.distributed import cleanup_dist_env_and_memory
+
+    cleanup_dist_env_and_memory()
 
 
 @pytest.mark.parametrize("arch", ["qwen2_5_vl", "qwen3_vl_moe"])

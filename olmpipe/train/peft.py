@@ -60,27 +60,27 @@ class ModelParts:
 
     Adapters go on linear layers below these prefixes; the vision prefix names the tower's
     transformer blocks, so a name like ``proj`` does not also catch the patch embedding's convolution.
+    ``vision_linears``: the blocks' linear layers, the vision targets when ``vision_target_modules``
+    is null (they differ by architecture: Qwen2.5-VL's gated MLP, Qwen2-VL's fc1/fc2, Qwen3-VL's
+    linear_fc1/linear_fc2).
     """
 
     language_model: str
     vision: str
-
-
-#: ``config.model_type`` -> module prefixes (transformers 5 names: the live model, not the hub files).
-ARCH_PARTS: Mapping[str, ModelParts] = {
-    "qwen2_5_vl": ModelParts(language_model="model.language_model", vision="model.visual.blocks"),
-    "qwen2_vl": ModelParts(language_model="model.language_model", vision="model.visual.blocks"),
-}
+    vision_linears: tuple[str, ...] = ()
 
 
 def model_parts(model_type: str) -> ModelParts:
-    """The :class:`ModelParts` of an architecture; raises :class:`PeftSetupError` for an unknown one."""
-    try:
-        return ARCH_PARTS[model_type]
-    except KeyError:
-        raise PeftSetupError(f"train.peft: no adapter targets known for model_type {model_type!r} "
-                             f"(known: {', '.join(sorted(ARCH_PARTS))}); add its language-model and vision "
-                             "prefixes to olmpipe/train/peft.py ARCH_PARTS") from None
+    """The :class:`ModelParts` of an architecture (:mod:`olmpipe.architectures`, transformers 5 live
+    names); raises :class:`PeftSetupError` for one olmpipe does not support."""
+    from olmpipe.architectures import ARCHITECTURES, supported
+
+    arch = ARCHITECTURES.get(model_type)
+    if arch is None:
+        raise PeftSetupError(f"train.peft: no adapter targets known for model_type {model_type!r}; olmpipe "
+                             f"supports {supported()} (olmpipe/architectures.py)")
+    return ModelParts(language_model=arch.language_prefix.rstrip("."), vision=f"{arch.vision_prefix}blocks",
+                      vision_linears=arch.vision_linear_names)
 
 
 def target_modules(parts: ModelParts, peft_cfg: Mapping[str, Any]) -> str:
@@ -99,13 +99,26 @@ def target_modules(parts: ModelParts, peft_cfg: Mapping[str, Any]) -> str:
 
     alternatives = [under(parts.language_model, list(peft_cfg["target_modules"]))]
     if peft_cfg["vision"]:
-        alternatives.append(under(parts.vision, list(peft_cfg["vision_target_modules"])))
+        alternatives.append(under(parts.vision, list(peft_cfg["vision_target_modules"] or parts.vision_linears)))
     return "|".join(f"(?:{a})" for a in alternatives)
 
 
 def lora_config(peft_cfg: Mapping[str, Any], model_type: str):
-    """The ``peft.LoraConfig`` of ``train.peft`` for a model of ``model_type``."""
+    """The ``peft.LoraConfig`` of ``train.peft`` for a model of ``model_type``.
+
+    Qwen3-VL-MoE: the experts are fused parameters, not ``nn.Linear``, so MLP names in
+    ``target_modules`` match no expert; the adapter goes on attention (as olmocr v0.5.0's MoE config
+    does), which is logged.
+    """
     from peft import LoraConfig
+
+    from olmpipe.architectures import ARCHITECTURES
+
+    arch = ARCHITECTURES.get(model_type)
+    mlp = sorted(set(peft_cfg["target_modules"]) & {"gate_proj", "up_proj", "down_proj"})
+    if arch is not None and arch.moe and mlp:
+        logger.info("train.peft on %s: %s match no expert (fused parameters, not nn.Linear); the adapter goes on "
+                    "attention", arch.label, ", ".join(mlp))
 
     return LoraConfig(
         r=int(peft_cfg["r"]),
