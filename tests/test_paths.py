@@ -35,6 +35,8 @@ ALLOWED = {
     # olmpipe inspects a model folder (modelload, plan, generate's model identity, soup).
     "config.json": "transformers' model config file (CONFIG_NAME)",
     "tokenizer_config.json": "transformers' tokenizer config file (TOKENIZER_CONFIG_FILE)",
+    "preprocessor_config.json": "transformers' image processor config file (IMAGE_PROCESSOR_NAME), read for the image budget",
+    "processor_config.json": "transformers' processor config file (PROCESSOR_NAME), read for the image budget",
     "model.safetensors": "transformers' single-file weights (SAFE_WEIGHTS_NAME)",
     "model.safetensors.index.json": "transformers' sharded weights index (SAFE_WEIGHTS_INDEX_NAME)",
     "*.safetensors": "the weight files of a Hugging Face model folder",
