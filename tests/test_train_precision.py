@@ -60,7 +60,7 @@ def _single(setup: dict, name: str, dtype: str) -> Path:
 def _launched(setup: dict, name: str, strategy: str) -> Path:
     """Two ranks under ``accelerate launch`` with the strategy's config file (CPU: gloo)."""
     run = setup["root"] / name
-    job = _job("bfloat16", per_device_train_batch_size=2)
+    job = _job("bfloat16", per_device_train_batch_size=2, gradient_accumulation_steps=2)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": "",
            "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tests")])}
     cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file",
