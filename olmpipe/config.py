@@ -217,13 +217,93 @@ def _model_problems(config: Mapping[str, Any]) -> list[str]:
     return context_problems(config, budget)
 
 
+#: Words YAML reads as null; a nested ``--config`` value arrives as such a string.
+_NULL_WORDS = frozenset({"null", "Null", "NULL", "~", ""})
+
+
+def _schema_types(schema: Mapping[str, Any]) -> list[str]:
+    kinds = schema.get("type", [])
+    return list(kinds) if isinstance(kinds, list) else [kinds]
+
+
+def _read_scalar(text: str, kinds: list[str]) -> Any:
+    """``text`` as the first of the schema's ``kinds`` it reads as (YAML 1.1, as config files are
+    read; a number also as Python's ``float`` reads it, e.g. ``1e-6``), else ``text`` unchanged.
+
+    A key that may be a string keeps the text, unless it may also be null and the text is a null word.
+    """
+    if "string" in kinds:
+        return None if "null" in kinds and text in _NULL_WORDS else text
+    try:
+        value = yaml.safe_load(text)
+    except yaml.YAMLError:
+        value = text
+    for kind in kinds:
+        if kind == "null" and (value is None or text in _NULL_WORDS):
+            return None
+        if kind == "boolean" and isinstance(value, bool):
+            return value
+        if kind == "integer" and isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if kind == "number":
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                return value
+            try:
+                return float(text)
+            except ValueError:
+                pass
+    return text
+
+
+def coerce_strings(value: Any, schema: Mapping[str, Any], *, grpo: bool = False) -> Any:
+    """``value`` with every string the schema wants as a number, boolean or null read as one.
+
+    Snakemake 9 reads a nested ``--config`` value with YAML's base loader, so in
+    ``--config train='{grpo: {max_steps: 3}}'`` the 3 arrives as the string ``"3"`` (top-level
+    values are parsed, nested ones are not). Each such string is read as YAML reads that word in a
+    config file (:func:`_read_scalar`), by the type the schema gives its key; keys of ``train.grpo``
+    (and of ``seed_overrides[].grpo``) that the schema does not list take the type of TRL's
+    GRPOConfig field (:mod:`olmpipe.train.grpo_fields`). Values inside mappings the schema does not
+    describe (e.g. ``grpo.generation_kwargs``) stay as they are. Returns a new value; the input is
+    not changed.
+    """
+    if isinstance(value, str):
+        return _read_scalar(value, _schema_types(schema))
+    if isinstance(value, list) and isinstance(schema.get("items"), Mapping):
+        return [coerce_strings(item, schema["items"]) for item in value]
+    if not isinstance(value, Mapping):
+        return value
+    properties = schema.get("properties", {})
+    fields = None
+    out = {}
+    for key, sub in value.items():
+        if key in properties:
+            out[key] = coerce_strings(sub, properties[key], grpo=key == "grpo")
+        elif grpo:
+            if fields is None:
+                from olmpipe.train.grpo_fields import load_fields
+
+                fields = load_fields()
+            out[key] = coerce_strings(sub, {"type": fields.get(key, [])})
+        else:
+            out[key] = sub
+    return out
+
+
+def coerce_config(config: Mapping[str, Any], schema: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """:func:`coerce_strings` over a whole config (``seed_overrides[].grpo`` keys by GRPOConfig's types)."""
+    return coerce_strings(config, load_schema() if schema is None else schema)
+
+
 def check_workflow_config(config: dict[str, Any]) -> None:
     """The Snakefile's config check: validate ``config`` in place (defaults filled in, as
     ``snakemake.utils.validate`` does) and stop Snakemake with one line per problem.
 
     ``snakemake.utils.validate`` prints jsonschema's full report after the useful line (the failing
     part of the schema, 13 to 100 lines); this prints :func:`validate_config`'s lines, each naming
-    the key and the fix, and runs the checks that jsonschema cannot express. In the Snakefile::
+    the key and the fix, and runs the checks that jsonschema cannot express. Strings that nested
+    ``--config`` values arrive as are first read by the schema's types (:func:`coerce_config`). In
+    the Snakefile::
 
         from olmpipe.config import check_workflow_config
         check_workflow_config(config)
@@ -231,7 +311,7 @@ def check_workflow_config(config: dict[str, Any]) -> None:
     from snakemake.exceptions import WorkflowError
 
     try:
-        filled = validate_config(config)
+        filled = validate_config(coerce_config(config))
     except ConfigError as exc:
         raise WorkflowError(str(exc)) from None
     config.clear()
