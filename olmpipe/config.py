@@ -310,10 +310,15 @@ def check_workflow_config(config: dict[str, Any]) -> None:
     """
     from snakemake.exceptions import WorkflowError
 
+    from olmpipe.layout import model_path_problem
+
     try:
         filled = validate_config(coerce_config(config))
     except ConfigError as exc:
         raise WorkflowError(str(exc)) from None
+    problem = model_path_problem(filled)  # the working directory is Snakemake's: paths read as the jobs read them
+    if problem:
+        raise WorkflowError(f"invalid configuration:\n  - {problem}")
     config.clear()
     config.update(filled)
 

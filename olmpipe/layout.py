@@ -267,6 +267,27 @@ def hub_model(cfg: Mapping[str, Any]) -> tuple[str, str] | None:
     return path, revision
 
 
+def model_path_problem(cfg: Mapping[str, Any]) -> str | None:
+    """Why ``model.path`` names no model (None: ``embedded``, a Hugging Face model folder, or a hub id).
+
+    Checked with the config, so that a typo stops the workflow before any job with a message naming
+    the key, instead of a Hugging Face "Repo id must be ..." traceback in the first job that loads
+    the model. A path that does not exist is a hub id only in the form ``org/name`` (:data:`HUB_ID`,
+    as :func:`hub_model` reads it).
+    """
+    path = cfg["model"]["path"]
+    if path == "embedded" or (HUB_ID.fullmatch(path) and not os.path.exists(path)):
+        return None
+    folder = Path(path)
+    if not folder.exists():
+        return (f"model.path: {path!r} does not exist (a relative path is read from the working directory, "
+                f"{Path.cwd()}) and is not a hub id (org/name); give a Hugging Face model folder, a hub id or "
+                "`embedded`")
+    if not (folder / "config.json").is_file():
+        return f"model.path: {path!r} is not a Hugging Face model folder (it has no config.json)"
+    return None
+
+
 def hub_model_dir(repo_id: str, revision: str) -> str:
     """The folder a hub model's revision is downloaded into: ``results/model/hub/<org>--<name>/<revision>``
     (``/`` in a revision such as ``refs/pr/1`` becomes ``--``)."""

@@ -13,6 +13,10 @@ JSON, duplicate ids within a file). This stage adds the checks that need the who
 - a math test's equation renders with KaTeX (``check_math``);
 - every page of every rendered PDF has at least one valid test (``require_page_coverage``).
 
+Tests whose texts are far longer than olmOCR-Bench's own (:data:`LONG_TEXT_CHARS`) are kept but
+listed as warnings (``report.json`` ``warnings``, and the log): fuzzy matching costs grow with the
+text's length times the page's, and every completion of every training step pays it.
+
 All problems go into one report, each with file, line, test id and reason. With
 ``on_invalid: error`` any problem fails the stage (:class:`ValidationFailed`); with ``drop`` the
 outputs hold only the good tests (fatal problems fail it either way). Outputs (see
@@ -60,6 +64,30 @@ OnInvalid = Literal["error", "drop"]
 MathChecker = Callable[[Sequence[str]], Mapping[str, str | None]]
 
 
+#: Test texts longer than this are reported as warnings. olmOCR-Bench's own sample data (v0.4.27
+#: ``olmocr/bench/sample_data``, bundled in data/bench/olmocr-sample) has none longer than 245
+#: characters (a ``present`` text; ``order`` 176, math 127, table cells 28), and its miners take
+#: sentences or "a few sentences" (``olmocr/bench/miners/mine_long_tiny_text.py:104``). Measured
+#: against a 12,000-character answer, a ``present`` test of 1,000 characters takes ~6 ms; of
+#: 10,000 characters 3.7 s (the scorer's ``rewards.bench.timeout_s`` bounds it).
+LONG_TEXT_CHARS = 1000
+#: The fields whose text is fuzzily searched in the answer.
+_SEARCHED_FIELDS = ("text", "before", "after", "cell", "appears_before_marker", "appears_after_marker")
+
+
+def long_text_warnings(file_path: str, test: Any) -> list[Problem]:
+    """A warning for each searched text of ``test`` longer than :data:`LONG_TEXT_CHARS`."""
+    found = []
+    for name in _SEARCHED_FIELDS:
+        value = getattr(test, name, None)
+        if isinstance(value, str) and len(value) > LONG_TEXT_CHARS:
+            found.append(Problem(file_path, test.line, test.id, (
+                f"{name} is {len(value):,} characters long; olmOCR-Bench's longest test texts are a few hundred "
+                f"(warning above {LONG_TEXT_CHARS:,}): every completion's check costs time in proportion to it "
+                "(a 10,000-character present test takes seconds per completion, bounded by rewards.bench.timeout_s)")))
+    return found
+
+
 class ValidationFailed(RuntimeError):
     """Raised with ``on_invalid: error`` when any problem was found; the report is written first."""
 
@@ -89,6 +117,8 @@ class ValidationResult:
     counts: dict[str, int] = field(default_factory=dict)
     # the problems that fail the stage whatever validate.on_invalid says (also in ``problems``)
     fatal: list[Problem] = field(default_factory=list)
+    # kept tests that deserve a look (texts far longer than olmOCR-Bench's: :func:`long_text_warnings`)
+    warnings: list[Problem] = field(default_factory=list)
 
     def report(self, settings: Mapping[str, Any]) -> dict[str, Any]:
         return {
@@ -96,6 +126,7 @@ class ValidationResult:
             "settings": dict(settings),
             "counts": self.counts,
             "problems": [asdict(p) for p in sorted(self.problems, key=_problem_key)],
+            "warnings": [asdict(p) for p in sorted(self.warnings, key=_problem_key)],
         }
 
 
@@ -268,7 +299,9 @@ def validate_benches(
     problems = sorted(problems, key=_problem_key)
     fatal = sorted(seen.fatal, key=_problem_key)
     counts["fatal_problems"] = len(fatal)
-    return ValidationResult(problems=problems, kept=kept, pages=pages, counts=counts, fatal=fatal)
+    warnings = sorted((w for item in good for w in long_text_warnings(item.file_path, item.test)), key=_problem_key)
+    counts["warnings"] = len(warnings)
+    return ValidationResult(problems=problems, kept=kept, pages=pages, counts=counts, fatal=fatal, warnings=warnings)
 
 
 def _check_math(good: list[_Good], problems: list[Problem], checker: MathChecker) -> list[_Good]:
@@ -448,6 +481,10 @@ def run_validate(
             f"set it to 'drop' to continue without the bad tests):\n{summary(result, limit=20)}"
         )
     (logger.warning if result.problems else logger.info)("validation: %s", text)
+    for warning in result.warnings[:20]:
+        logger.warning("%s", warning)
+    if len(result.warnings) > 20:
+        logger.warning("... and %d more warnings (see report.json)", len(result.warnings) - 20)
     return result
 
 

@@ -169,14 +169,15 @@ def test_non_finite_and_impossible_values_are_refused_by_the_config_check():
     failed inside TRL, `num_generations: 3` failed at train time. Every float key refuses .inf and
     .nan (schema keys and GRPOConfig fields passed through train.grpo), and TRL's batch arithmetic
     is checked with the config (tests/test_train.py holds it equal to TRL's)."""
-    keys = list(_number_keys(load_schema()))
+    schema = load_schema()
+    keys = list(_number_keys(schema))
     assert ("train", "grpo", "learning_rate") in keys and ("rewards", "bench", "memory_mb") in keys
     keys += [("train", "grpo", "max_grad_norm"), ("train", "grpo", "epsilon_high")]  # GRPOConfig fields
     for path in keys:
         for bad in (float("inf"), float("-inf"), float("nan")):
             # the schema's bounds catch some (`inf is greater than the maximum of 1`), the rest is caught here
             with pytest.raises(ConfigError, match=f"config key {'/'.join(path)}: {bad} is (not a finite number|.*imum)"):
-                validate_config(_nested(path, bad))
+                validate_config(_nested(path, bad), schema)
     with pytest.raises(ConfigError, match=r"train/grpo.num_generations \(3\): each generation batch"):
         validate_config({"train": {"grpo": {"num_generations": 3}}})
     # olmOCR 2's recipe: 8 GPUs, one for the vLLM server -> 7 training processes x 1 x 28 completions

@@ -207,3 +207,31 @@ def test_snakemake_bench_layout_errors_are_one_clear_line(tmp_path, layout):
     text = proc.stdout + proc.stderr
     assert proc.returncode != 0 and expected in text, text
     assert "Traceback" not in text and len(text.strip().splitlines()) <= 4, text
+
+
+@pytest.mark.parametrize(("path", "expected"), [
+    ("/nonexistent/model", ("model.path: '/nonexistent/model' does not exist (a relative path is read from the "
+                            "working directory, {workdir}) and is not a hub id (org/name)")),
+    ("./models/qwen", "model.path: './models/qwen' does not exist"),
+    ("notamodel", "model.path: 'notamodel' is not a Hugging Face model folder (it has no config.json)"),
+    ("allenai/olmOCR-7B-0825", None),  # a hub id: downloaded by the model stage (model.revision set)
+    ("embedded", None),
+], ids=["absolute", "relative", "folder-without-config", "hub-id", "embedded"])
+def test_a_model_path_that_names_no_model_stops_the_config_check(tmp_path, path, expected):
+    """Issue 20 item 10: a nonexistent model.path failed only in the baseline job, with a Hugging Face
+    "Repo id must be ..." traceback that did not name model.path. The config check now names it."""
+    from benchdata import make_small_bench
+    from test_workflow_reruns import snakemake, write_config
+
+    make_small_bench(tmp_path / "bench")
+    write_config(tmp_path)
+    (tmp_path / "notamodel").mkdir()
+    with open(tmp_path / "config" / "config.yaml", "a", encoding="utf-8") as fh:
+        fh.write(f"model:\n  path: {path}\n  revision: main\n")
+    proc = snakemake(tmp_path, "baseline", "--dry-run", check=False)
+    text = proc.stdout + proc.stderr
+    if expected is None:
+        assert proc.returncode == 0, text
+    else:
+        assert proc.returncode != 0 and expected.format(workdir=tmp_path) in text, text
+        assert "Repo id" not in text and len(text.strip().splitlines()) <= 8, text

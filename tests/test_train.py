@@ -325,6 +325,25 @@ def test_changed_trajectory_settings_stop_and_restart_moves_aside(tmp_path):
     assert len(aside) == 1 and sorted(p.name for p in aside[0].rglob("*")) == before
 
 
+def test_the_same_model_by_another_path_is_no_settings_change(tmp_path, monkeypatch):
+    """Issue 20 item 10: resuming with the base model given as an absolute path where the checkpoint
+    recorded the relative one was refused as a settings change. Paths are compared resolved (a
+    symbolic link to the same folder too); another folder is still a change."""
+    from olmpipe.train.resume import ResumeMismatchError
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "results" / "model" / "tiny").mkdir(parents=True)
+    (tmp_path / "other").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "results" / "model" / "tiny")
+    run = tmp_path / "seed0"
+    old = {"train.grpo.learning_rate": 1e-6, "world_size": 1, "seed": 0, "model": "results/model/tiny"}
+    newest = _fake_checkpoint(run, 4, old)
+    for same in (str(tmp_path / "results/model/tiny"), "./results/model/tiny/", str(tmp_path / "link")):
+        assert resolve_resume("auto", run, {**old, "model": same}) == newest, same
+    with pytest.raises(ResumeMismatchError, match=r"model: 'results/model/tiny' -> 'other'"):
+        resolve_resume("auto", run, {**old, "model": "other"})
+
+
 def test_seed_config_and_fingerprint():
     cfg = load_config("config/olmocr2.yaml")
     job = seed_config(cfg, 4)

@@ -313,3 +313,35 @@ def test_upper_case_pdf_is_named_exactly(tmp_path):
     (entry,) = [p for p in result.pages if p.pdf != "earnings.pdf"]
     assert (entry.pdf, entry.test_ids) == ("scans/BLANK.PDF", ["exact"])
     assert entry.image == str(tmp_path / "rasterize" / "pages" / "scans" / "BLANK" / "pg1.png")
+
+
+def test_texts_far_longer_than_olmocr_benchs_are_kept_with_a_warning(bench, tmp_path, caplog):
+    """Issue 20 item 10: a present test of 10,000 characters against a 10,000-character answer took
+    31 s per completion. The bench's longest texts (olmOCR-Bench's sample) are 245 characters; past
+    LONG_TEXT_CHARS a test is kept but named in the report's warnings and the log."""
+    from olmpipe.validate import LONG_TEXT_CHARS
+
+    words = " ".join(f"word{i}" for i in range(3000))
+    long_present = {**GOOD, "id": "long", "text": words[:10_000]}
+    long_order = {"pdf": "earnings.pdf", "page": 1, "id": "order", "type": "order",
+                  "before": words[:LONG_TEXT_CHARS + 1], "after": "x" * 20}
+    write_jsonl(bench / "extra.jsonl", [{**GOOD, "id": "fine", "text": words[:LONG_TEXT_CHARS]}, long_present,
+                                        long_order])
+    result, out = _run(bench, tmp_path)
+    assert result.problems == [] and result.counts["warnings"] == 2
+    report = json.loads((out / "report.json").read_text())
+    assert [(w["test_id"], w["line"]) for w in report["warnings"]] == [("long", 2), ("order", 3)]
+    assert report["warnings"][0]["reason"].startswith("text is 10,000 characters long; olmOCR-Bench's longest")
+    assert "before is 1,001 characters long" in report["warnings"][1]["reason"]
+    assert f"{bench / 'extra.jsonl'}:2: test 'long': text is 10,000 characters long" in caplog.text
+    assert "long" in (out / "tests" / "extra.jsonl").read_text()  # kept
+
+
+def test_the_bundled_sample_has_no_text_near_the_warning_threshold():
+    """The threshold's source: the longest searched text of olmOCR-Bench's sample data."""
+    from olmpipe.bench import load_tests
+    from olmpipe.validate import _SEARCHED_FIELDS, LONG_TEXT_CHARS
+
+    tests = load_tests(str(Path(__file__).resolve().parents[1] / "data/bench/olmocr-sample/dataset.jsonl"))
+    longest = max(len(getattr(t, f, None) or "") for t in tests for f in _SEARCHED_FIELDS)
+    assert longest == 245 and LONG_TEXT_CHARS >= 4 * longest

@@ -7,7 +7,9 @@ verdict (olmocr 0.4.27 ``tests.py``; ``format``/``footnote`` from olmocr main). 
 
 Speed-ups that cannot change a verdict: an exact substring hit short-cuts ``partial_ratio`` (it
 would return 100), and rapidfuzz prunes with a ``score_cutoff`` just under the threshold (scores at
-or above it are exact; a failed ``present`` test recomputes the exact score for its reason);
+or above it are exact; a failed ``present`` test recomputes the exact score for its reason, unless
+that would cost more than :data:`EXACT_REASON_CELLS` -- then the reason only says the score was
+below the threshold);
 ``order`` tests with ``max_diffs == 0`` use ``str.find``/``rfind`` (fuzzysearch returns exactly the
 exact occurrences then), fuzzy ones search only the windows around n-gram hits that the verdict
 depends on (:mod:`olmpipe.bench.nearmatch`); alphanumeric counts stop as soon as the answer is known.
@@ -38,6 +40,13 @@ _DISALLOWED = re.compile(
 )
 
 
+#: Largest ``len(text) x len(page)`` for which a failed ``present`` test computes its exact best
+#: score for the reason (without the cutoff's pruning): 10^7 cells take ~0.1 s (a 1,000-character
+#: text on a 10,000-character page). A 10,000-character text on a 12,000-character page took 62 s
+#: for that score alone (3.7 s for the verdict), inside the trainer's reward.
+EXACT_REASON_CELLS = 10_000_000
+
+
 def _partial_ratio(query: str, content: str, threshold: float) -> float:
     """``fuzz.partial_ratio(query, content) / 100`` where it is >= ``threshold``; below it, some
     value below ``threshold`` (rapidfuzz's ``score_cutoff`` prunes; scores at or above the cutoff
@@ -64,6 +73,9 @@ def check_presence(test, page) -> tuple[bool, str]:
     if test.type == "present":
         if best >= threshold:
             return True, ""
+        if len(query) * len(content) > EXACT_REASON_CELLS:
+            return False, (f"Expected '{query[:40]}...' with threshold {threshold} but best match ratio was below it "
+                           f"(not computed exactly for a {len(query)}-character text)")
         best = fuzz.partial_ratio(query, content) / 100.0  # the exact score, for the reason only
         return False, f"Expected '{query[:40]}...' with threshold {threshold} but best match ratio was {best:.3f}"
     if best < threshold:

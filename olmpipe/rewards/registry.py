@@ -15,6 +15,7 @@ Adding a reward: write it (TRL contract, ``__name__`` ending in ``_reward``), ad
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -28,6 +29,8 @@ from olmpipe.rewards.reference import (
     element_count_reward,
     rect_tables_reward,
 )
+
+logger = logging.getLogger(__name__)
 
 RewardFunc = Callable[..., list[float | None]]
 
@@ -51,6 +54,10 @@ def _bench(ctx: RewardContext, average: str) -> BenchReward:
     second (micro and macro selected together) shares it, so each batch is scored once."""
     bench_cfg = ctx.cfg["bench"]
     first = next((f for f in ctx.built if isinstance(f, BenchReward)), None)
+    if first is None and bench_cfg["processes"] == 0:
+        logger.warning("rewards.bench.processes is 0: the unit tests run inside the trainer, where timeout_s is "
+                       "only checked between tests, so one slow test (a long fuzzy match) holds the whole step; "
+                       "use 1 or more to bound every completion")
     return BenchReward(
         average=average,
         types=bench_cfg["types"],

@@ -19,8 +19,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import signal
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -34,6 +32,7 @@ from olmpipe.records.metrics import append_metrics
 from olmpipe.records.text import completion_text
 from olmpipe.records.train import TRAIN_SUMMARY_NAME
 from olmpipe.train.checkpoints import RUN_STATE_FILE
+from olmpipe.train.signals import SignalFlag
 
 __all__ = ["EXIT_PREEMPTED", "RUN_STATE_FILE", "CompletionsTable", "MetricsFiles", "RunState", "SignalFlag",
            "StopOnSignal"]
@@ -105,37 +104,6 @@ class CompletionsTable(TrainerCallback):
                 "verdicts": json.loads(verdicts) if isinstance(verdicts, str) else None,
             })
         return rows
-
-
-class SignalFlag:
-    """Set by SIGTERM; :class:`StopOnSignal` reads it between steps.
-
-    ``install()`` replaces the SIGTERM handler (main thread only) and ``restore()`` puts the old one
-    back. A second SIGTERM while the checkpoint is being written is ignored (the first one already
-    asked to stop).
-    """
-
-    def __init__(self) -> None:
-        self.event = threading.Event()
-        self.signum: int | None = None
-        self._previous: Any = None
-
-    def _handle(self, signum, frame) -> None:
-        if not self.event.is_set():
-            logger.warning("received signal %d: checkpointing after the current step, then exiting with %d",
-                           signum, EXIT_PREEMPTED)
-        self.signum = signum
-        self.event.set()
-
-    def install(self) -> SignalFlag:
-        if threading.current_thread() is threading.main_thread():
-            self._previous = signal.signal(signal.SIGTERM, self._handle)
-        return self
-
-    def restore(self) -> None:
-        if self._previous is not None:
-            signal.signal(signal.SIGTERM, self._previous)
-            self._previous = None
 
 
 class StopOnSignal(TrainerCallback):

@@ -22,8 +22,10 @@ import logging
 import os
 import shutil
 import sys
+from typing import Any
 
 from olmpipe.config import ConfigError, load_config, validate_config
+from olmpipe.launch import EXIT_PREEMPTED
 from olmpipe.layout import PAGE_INDEX, TRAIN_RUN, VALIDATED_TESTS
 
 
@@ -44,6 +46,22 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from olmpipe.train.signals import SignalFlag, StoppedBeforeTraining
+
+    # first: a SIGTERM from here on ends the run with 75 (preempted), also while it still imports and loads
+    flag = SignalFlag().install()
+    try:
+        flag.begin_loading()
+        return _main(argv, flag)
+    except StoppedBeforeTraining as exc:
+        sys.stderr.write(f"olmpipe train: {exc}\n")
+        return EXIT_PREEMPTED
+    finally:
+        flag.end_loading()
+        flag.restore()
+
+
+def _main(argv: list[str] | None, flag: Any) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
@@ -72,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         return train_seed(cfg, seed=args.seed, model_path=args.model, pages=args.pages, tests_dir=args.tests_dir,
-                          run_dir=args.run_dir, final_dir=args.final_dir)
+                          run_dir=args.run_dir, final_dir=args.final_dir, signal_flag=flag)
     except (RunLockedError, ResumeMismatchError, VLLMServerError, PeftSetupError) as exc:
         sys.stderr.write(f"olmpipe train: {exc}\n")
         return 2

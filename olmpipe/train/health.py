@@ -19,7 +19,7 @@ saves NaN weights (its ``logging_nan_inf_filter`` even hides the loss from the l
 the gradients before the update (``on_pre_optimizer_step``) and the weights after it
 (``on_optimizer_step``, before any checkpoint of that step is written), and raises
 :class:`NonFiniteStop` naming the step and the first bad tensor (exit code :data:`EXIT_NON_FINITE`).
-The checks cost one float32 sum per tensor and one synchronisation per step. Under DeepSpeed the
+The checks cost one float32 sum per trained tensor and one synchronisation per step. Under DeepSpeed the
 update happens inside ``backward`` (the gradient check sees none) and under ZeRO-3 a rank holds no
 full weights outside the forward pass: there the loss check is what remains.
 
@@ -236,7 +236,8 @@ class StopOnNonFinite(TrainerCallback):
         return control
 
     def on_optimizer_step(self, args, state, control, model=None, **kwargs):
-        bad = _first_nonfinite(list(model.named_parameters())) if model is not None else None
+        trained = [(n, p) for n, p in model.named_parameters() if p.requires_grad] if model is not None else []
+        bad = _first_nonfinite(trained)  # frozen weights (a LoRA base) cannot have changed
         if self._any_rank(bad is not None):
             lr = args.learning_rate
             self._raise(f"weight {bad or '(on another process)'} is not finite after the optimizer step "

@@ -103,9 +103,23 @@ def settings_fingerprint(settings: Mapping[str, Any]) -> str:
     return hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
+def _same_model(a: Any, b: Any) -> bool:
+    """The same base model: equal, or paths that resolve to the same place (``results/model/tiny``
+    and its absolute path, or a symbolic link to it; a relative path is read from the working
+    directory, as the trainer reads it)."""
+    if a == b:
+        return True
+    return isinstance(a, str) and isinstance(b, str) and os.path.realpath(a) == os.path.realpath(b)
+
+
 def changed_keys(stored: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:
-    """Dotted keys whose value differs (or that exist on one side only), sorted."""
-    return sorted(k for k in set(stored) | set(current) if stored.get(k, "<unset>") != current.get(k, "<unset>"))
+    """Dotted keys whose value differs (or that exist on one side only), sorted; the base model is
+    compared as a resolved path (:func:`_same_model`)."""
+    def differs(key: str) -> bool:
+        a, b = stored.get(key, "<unset>"), current.get(key, "<unset>")
+        return not _same_model(a, b) if key == "model" else a != b
+
+    return sorted(k for k in set(stored) | set(current) if differs(k))
 
 
 def checkpoints(run_dir: str | Path) -> list[Path]:

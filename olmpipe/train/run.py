@@ -41,11 +41,11 @@ from olmpipe.train.callbacks import (
     CompletionsTable,
     MetricsFiles,
     RunState,
-    SignalFlag,
     StopOnSignal,
 )
 from olmpipe.train.resume import RUN_STATE_FILE, checkpoint_step, checkpoints, decide, move_aside
 from olmpipe.train.runlock import ParentWatch, RunLock
+from olmpipe.train.signals import SignalFlag, StoppedBeforeTraining
 
 __all__ = ["checkpoints", "resolve_resume", "train_seed"]
 
@@ -177,8 +177,14 @@ def train_seed(
     final_dir: str | Path | None = None,
     reward_funcs: list[Callable[..., list[float | None]]] | None = None,
     reward_weights: list[float] | None = None,
+    signal_flag: SignalFlag | None = None,
 ) -> int:
     """Train one seed; returns 0 when finished or :data:`EXIT_PREEMPTED` when stopped by SIGTERM.
+
+    ``signal_flag``: the SIGTERM handler, installed by the caller as early as it can
+    (:mod:`olmpipe.train.signals`; ``python -m olmpipe.train`` does it before its heavy imports);
+    by default it is installed here, first thing. Until training starts a SIGTERM stops the run at
+    once (exit 75, nothing to checkpoint); then it checkpoints after the current step.
 
     ``reward_funcs``/``reward_weights`` replace the configured rewards (tests use this for a task
     the tiny model can learn); by default they come from ``cfg["rewards"]``. Rank 0 holds the run
@@ -187,19 +193,27 @@ def train_seed(
     :class:`~olmpipe.train.resume.ResumeMismatchError` when the newest checkpoint was trained
     with other settings (``resume: auto``).
     """
+    flag = signal_flag if signal_flag is not None else SignalFlag().install()
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     lock = RunLock(run_dir).acquire() if _rank() == 0 else None
     watch = ParentWatch.for_this_process().start() if cfg["train"]["exit_with_job"] else None
     try:
+        flag.begin_loading()
         return _train_locked(cfg, seed=seed, model_path=model_path, pages=pages, tests_dir=tests_dir,
                              run_dir=run_dir, final_dir=final_dir, reward_funcs=reward_funcs,
-                             reward_weights=reward_weights)
+                             reward_weights=reward_weights, flag=flag)
+    except StoppedBeforeTraining as exc:
+        logger.warning("%s", exc)
+        return EXIT_PREEMPTED
     finally:
+        flag.end_loading()
         if watch is not None:
             watch.stop()
         if lock is not None:
             lock.release()
+        if signal_flag is None:
+            flag.restore()
 
 
 def _train_locked(
@@ -213,6 +227,7 @@ def _train_locked(
     final_dir: str | Path | None,
     reward_funcs: list[Callable[..., list[float | None]]] | None,
     reward_weights: list[float] | None,
+    flag: SignalFlag,
 ) -> int:
     import torch
 
@@ -268,7 +283,7 @@ def _train_locked(
         reference_candidate=rcfg["reference_candidate"], max_pages=tcfg["max_pages"],
     )
     if _rank() == 0:
-        (run_dir / DATASET_NAME).write_text(json.dumps(summary.to_dict(), indent=2) + "\n", encoding="utf-8")
+        write_json(run_dir / DATASET_NAME, summary.to_dict())
     dataset = to_dataset(examples)
     eval_dataset = None
     if knobs.get("eval_strategy", "no") != "no":
@@ -335,7 +350,6 @@ def _train_locked(
 
     wandb_on = tcfg["wandb"]["mode"] != "disabled"
     run_id = _wandb_run_id(run_dir, checkpoint) if wandb_on and _rank() == 0 else None
-    flag = SignalFlag().install()
     stack = contextlib.ExitStack()
     wandb_run = None
     try:
@@ -361,6 +375,7 @@ def _train_locked(
                          RunState(seed, run_id, fingerprint, settings, knobs.get("save_total_limit")), stopper,
                          failing):
             trainer.add_callback(callback)
+        flag.end_loading()  # from here a SIGTERM checkpoints after the current step (StopOnSignal)
         trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint is not None else None)
         if failing.stop is not None:
             raise failing.stop
@@ -386,7 +401,6 @@ def _train_locked(
         return 0
     finally:
         stack.close()
-        flag.restore()
         if rewards is not None:
             rewards.close()
         if wandb_run is not None:
