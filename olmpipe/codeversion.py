@@ -23,7 +23,8 @@ from pathlib import Path
 from types import MappingProxyType
 
 #: Rule (or group of rules running the same code) -> the modules whose source its ``params: code``
-#: hashes. A package stands for every ``.py`` file below it. Read-only.
+#: hashes; plus ``generations``, the code a generation journal's fingerprint hashes. A package
+#: stands for every ``.py`` file below it. Read-only. The one table of code versions.
 RULE_CODE: Mapping[str, tuple[str, ...]] = MappingProxyType({
     # synth_html renders the pages it writes through the rasterizer.
     "synth_html": ("olmpipe.synth.source", "olmpipe.rasterize", "olmpipe.records.synth"),
@@ -86,6 +87,10 @@ RULE_CODE: Mapping[str, tuple[str, ...]] = MappingProxyType({
     ),
     "difficulty_filter": ("olmpipe.difficulty.filter", "olmpipe.difficulty.settings", "olmpipe.records"),
     "soup": ("olmpipe.soup", "olmpipe.records.files", "olmpipe.records.models"),
+    # Not a rule: the code whose edits invalidate the finished generations a generation job (or the
+    # difficulty stage) reuses from its journal (olmpipe.eval_run.generation_fingerprint). Decoding
+    # and prompt only: a scorer edit reruns `generate` but rescores the journaled pages.
+    "generations": ("olmpipe.generate", "olmpipe.prompts"),
     # The comparison (not the trained model's generation: editing the statistics or guards reruns
     # only the comparison and the report).
     "evaluate_compare": ("olmpipe.evaluate", "olmpipe.compare", "olmpipe.stats", "olmpipe.guards", "olmpipe.records"),

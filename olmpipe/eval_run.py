@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from olmpipe.benchdirs import bench_test_files
-from olmpipe.codeversion import code_version
+from olmpipe.codeversion import rule_code_version
 from olmpipe.generate import (
     DecodingSettings,
     GenerationBackend,
@@ -55,7 +55,7 @@ from olmpipe.generate import (
     make_requests,
 )
 from olmpipe.generate.base import FAILURE_ERROR
-from olmpipe.generate.decoding import settings_fingerprint
+from olmpipe.generate.decoding import decoding_fingerprint
 from olmpipe.generate.pipeline import pipeline_counts
 from olmpipe.layout import BENCH_TESTS_GLOB, rotated_dir
 from olmpipe.records.candidates import CANDIDATE_DIR, write_candidate
@@ -72,10 +72,6 @@ from olmpipe.records.scores import write_scores, write_summary
 from olmpipe.records.verdicts import VERDICTS_NAME, write_verdicts
 
 logger = logging.getLogger(__name__)
-
-#: Package code whose edits invalidate finished generations (see :func:`run_fingerprint`).
-GENERATION_CODE = ("olmpipe.generate", "olmpipe.prompts")
-
 
 class EvalRunError(RuntimeError):
     """Bad stage input (page index, tests) or a run with too many backend failures."""
@@ -112,15 +108,6 @@ class RunSummary:
 
 
 # ---------------------------------------------------------------- inputs
-
-
-def load_page_index(path: str | Path, split: str = "eval") -> list[dict[str, Any]]:
-    """The page index entries of ``split`` (each with ``pdf``, ``page``, ``image``), sorted by pdf and page.
-
-    Raises :class:`EvalRunError` naming the file and line of a malformed entry.
-    """
-    records = read_page_index(path, error=EvalRunError, split=split)  # (pdf, page) pairs are unique
-    return sorted(records, key=lambda r: (str(r["pdf"]), r["page"]))
 
 
 def load_eval_tests(tests_dir: str | Path, pages: Sequence[Mapping[str, Any]]) -> list[Any]:
@@ -166,17 +153,19 @@ def load_eval_tests(tests_dir: str | Path, pages: Sequence[Mapping[str, Any]]) -
 # ---------------------------------------------------------------- journal
 
 
-def run_fingerprint(generation: Mapping[str, Any], model_path: str | Path) -> str:
-    """The fingerprint a finished generation must carry to be reused by a resumed run.
+def generation_fingerprint(generation: Mapping[str, Any], model_path: str | Path) -> str:
+    """The fingerprint a finished generation must carry to be reused by a resumed run: the
+    decoding fingerprint with the generation code's version (the ``generations`` entry of
+    :data:`olmpipe.codeversion.RULE_CODE`: decoding and prompt, not scoring).
 
     The pipeline-compatible mode's settings enter only when it is on, so that runs made with it
     off keep the fingerprint they had before the mode existed (for the same code version).
     """
-    extra: dict[str, Any] = {"code": code_version(*GENERATION_CODE)}
+    extra: dict[str, Any] = {"code": rule_code_version("generations")}
     pipeline = PipelineSettings.from_config(generation)
     if pipeline.enabled:
         extra["pipeline"] = pipeline.fingerprint_fields()
-    return settings_fingerprint(
+    return decoding_fingerprint(
         DecodingSettings.from_config(generation), backend_identity(generation, model_path), extra
     )
 
@@ -444,7 +433,7 @@ def run_generation_and_scoring(
     """Generate the eval pages of ``pages_index`` with ``model_path`` and score them into ``out_dir``.
 
     The single code path of the baseline and evaluate stages: ``cfg`` is a validated config (its
-    ``generation`` and ``baseline`` sections are used), ``threads`` the job's CPU cores (torch gets
+    ``generation`` and ``eval_run`` sections are used), ``threads`` the job's CPU cores (torch gets
     all of them but one, which the transformers backend's page encoder uses).
     ``backend`` replaces the one the config names (tests, benchmarks, reusing a loaded model); it
     is built only when there is something left to generate, and closed afterwards only if built
@@ -458,7 +447,9 @@ def run_generation_and_scoring(
     out.mkdir(parents=True, exist_ok=True)
     name = model_name or cfg["model"]["name"]
 
-    pages = load_page_index(pages_index, split="eval")
+    # the eval split of the page index ((pdf, page) pairs are unique), by pdf and page
+    pages = sorted(read_page_index(pages_index, error=EvalRunError, split="eval"),
+                   key=lambda r: (str(r["pdf"]), r["page"]))
     if stage["max_pages"] is not None:
         pages = pages[: stage["max_pages"]]
     if not pages:
@@ -479,7 +470,7 @@ def run_generation_and_scoring(
         generation,
         model_path,
         out,
-        fingerprint=run_fingerprint(generation, model_path),
+        fingerprint=generation_fingerprint(generation, model_path),
         image_hashes=image_hashes,
         name=name,
         resume=stage["resume"],
@@ -533,7 +524,7 @@ def run_generation_and_scoring(
 def config_from_settings(settings: str, overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The validated config whose sections are those of ``settings``, a JSON object, plus ``overrides``.
 
-    How the workflow hands its already validated sections (``model``, ``generation``, ``baseline``,
+    How the workflow hands its already validated sections (``model``, ``generation``, ``eval_run``,
     Snakemake's ``--config`` overrides included) to ``python -m olmpipe.baseline`` and
     ``python -m olmpipe.evaluate`` through ``shell:`` rules; sections not given get schema defaults.
     Raises :class:`olmpipe.config.ConfigError` naming the problem.

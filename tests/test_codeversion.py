@@ -47,11 +47,18 @@ def test_the_table_is_read_only_and_an_unknown_rule_says_what_to_do():
 
 
 def test_the_rules_use_every_entry_of_the_table():
-    """Each `rule_code_version("...")` of the workflow names an entry, and no entry is left unused."""
+    """Each `rule_code_version("...")` of the workflow names an entry, no entry is left unused, and
+    no code list exists outside the table: the package's one other user is the generation journal
+    (entry `generations`, olmpipe.eval_run and the difficulty stage)."""
     text = "\n".join(p.read_text() for p in [REPO / "Snakefile", *sorted((REPO / "workflow" / "rules").glob("*.smk"))])
     used = set(re.findall(r'rule_code_version\("(\w+)"\)', text))
-    assert used == set(RULE_CODE)
-    assert "code_version(" not in re.sub(r"rule_code_version\(", "", text)  # no list outside the table
+    package = {str(p.relative_to(REPO)): p.read_text() for p in sorted((REPO / "olmpipe").rglob("*.py"))
+               if p.name != "codeversion.py"}
+    journal = {name for name, source in package.items() if 'rule_code_version("generations")' in source}
+    assert journal == {"olmpipe/eval_run.py", "olmpipe/difficulty/sample.py"}
+    assert used | {"generations"} == set(RULE_CODE) and "generations" not in used
+    for source in [text, *package.values()]:
+        assert "code_version(" not in re.sub(r"rule_code_version\(", "", source)  # no list outside the table
 
 
 def test_stage_lists_leave_out_what_they_must_not_rerun_for():
@@ -60,5 +67,8 @@ def test_stage_lists_leave_out_what_they_must_not_rerun_for():
     assert "olmpipe.bench" not in RULE_CODE["validate"] and "olmpipe.bench" not in RULE_CODE["train_seed"]
     # olmpipe.records (the file formats between stages) is the one package both sides list
     assert set(RULE_CODE["generate"]) & set(RULE_CODE["evaluate_compare"] + RULE_CODE["report"]) == {"olmpipe.records"}
-    assert all("olmpipe.records" in mods or "olmpipe.records.files" in mods for mods in RULE_CODE.values()
-               if not any(m.startswith("olmpipe.synth") for m in mods) and mods != RULE_CODE["build_model"])
+    assert all("olmpipe.records" in mods or "olmpipe.records.files" in mods for name, mods in RULE_CODE.items()
+               if not any(m.startswith("olmpipe.synth") for m in mods)
+               and name not in ("build_model", "generations"))
+    # the journal's code is the generation code, which the generation rules rerun for too
+    assert set(RULE_CODE["generations"]) <= set(RULE_CODE["generate"])

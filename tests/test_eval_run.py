@@ -9,15 +9,16 @@ from pathlib import Path
 import pytest
 
 from olmpipe.baseline import main
+from olmpipe.codeversion import rule_code_version
 from olmpipe.config import load_config
 from olmpipe.eval_run import (
     EvalRunError,
     load_eval_tests,
-    load_page_index,
     run_generation_and_scoring,
 )
 from olmpipe.generate.base import Completion, GenerationBackend
 from olmpipe.records.candidates import candidate_name
+from olmpipe.records.pages import read_page_index
 from olmpipe.records.scores import read_pipeline_counts
 
 ANSWER = (
@@ -324,25 +325,30 @@ def test_max_pages_limits_pages_and_tests(stage):
     assert {v["test_id"] for v in verdicts} == {"t1", "doc.pdf_baseline"}
 
 
-def test_page_index_errors_name_file_and_line(tmp_path):
-    bad = tmp_path / "pages.jsonl"
+def test_page_index_errors_name_file_and_line(stage, tmp_path):
+    cfg, _, tests, out = stage
+    bad = tmp_path / "bad.jsonl"
+
+    def run_on(index):
+        return run_generation_and_scoring(cfg, "no-model", index, tests, out, backend=EchoBackend(), model_name="m")
+
     bad.write_text('{"pdf": "a.pdf", "page": 1, "image": "x.png", "split": "eval"}\nnot json\n')
-    with pytest.raises(EvalRunError, match=r"pages.jsonl:2: not valid JSON"):
-        load_page_index(bad)
+    with pytest.raises(EvalRunError, match=r"bad.jsonl:2: not valid JSON"):
+        run_on(bad)
     bad.write_text('{"pdf": "a.pdf", "page": 0, "image": "x.png", "split": "eval"}\n')
-    with pytest.raises(EvalRunError, match=r"pages.jsonl:1: page must be a positive integer"):
-        load_page_index(bad)
+    with pytest.raises(EvalRunError, match=r"bad.jsonl:1: page must be a positive integer"):
+        run_on(bad)
     bad.write_text('{"pdf": "a.pdf", "page": 1, "split": "eval"}\n')
-    with pytest.raises(EvalRunError, match=r"pages.jsonl:1: page entry misses image"):
-        load_page_index(bad)
+    with pytest.raises(EvalRunError, match=r"bad.jsonl:1: page entry misses image"):
+        run_on(bad)
     with pytest.raises(EvalRunError, match="cannot read the page index"):
-        load_page_index(tmp_path / "missing.jsonl")
+        run_on(tmp_path / "missing.jsonl")
 
 
 def test_missing_inputs_are_clear_errors(stage):
     _, index, _, out = stage
     with pytest.raises(EvalRunError, match="no \\*.jsonl test files"):
-        load_eval_tests(out / "nowhere", load_page_index(index))
+        load_eval_tests(out / "nowhere", read_page_index(index, split="eval"))
     Path("results/rasterize/pages/doc/pg1.png").unlink()
     with pytest.raises(EvalRunError, match="pg1.png .*does not exist"):
         run(stage, EchoBackend())
@@ -355,7 +361,7 @@ def test_tests_follow_the_page_index_file_map(stage):
     (tests / "eval" / "dataset.jsonl").write_text(
         json.dumps({"pdf": "doc.pdf", "page": 1, "id": "e1", "type": "present", "text": "Alpha"}) + "\n"
     )
-    pages = load_page_index(index)
+    pages = sorted(read_page_index(index, split="eval"), key=lambda r: (r["pdf"], r["page"]))
     pages[0] = {**pages[0], "test_ids": ["e1"], "jsonl_files": {"e1": "eval/dataset.jsonl"}}
     pages[1] = {**pages[1], "test_ids": ["t2"], "jsonl_files": {"t2": "dataset.jsonl"}}
     pages = pages[:2]
@@ -476,12 +482,12 @@ def test_pipeline_mode_off_keeps_records_summary_and_fingerprint(stage):
     assert all("pipeline" not in json.loads(line) for line in (out / "generations.jsonl").open())
     assert not (out / "rotated").exists() and read_pipeline_counts(out) is None
     cfg = stage[0]["generation"]
-    off = baseline.run_fingerprint(cfg, "m")
-    assert off == baseline.settings_fingerprint(
+    off = baseline.generation_fingerprint(cfg, "m")
+    assert off == baseline.decoding_fingerprint(
         baseline.DecodingSettings.from_config(cfg), baseline.backend_identity(cfg, "m"),
-        {"code": baseline.code_version(*baseline.GENERATION_CODE)},
+        {"code": rule_code_version("generations")},
     )  # fmt: skip
-    assert baseline.run_fingerprint({**cfg, **PIPELINE_ON}, "m") != off
+    assert baseline.generation_fingerprint({**cfg, **PIPELINE_ON}, "m") != off
     switched = EchoBackend()
     run(stage, switched, generation=PIPELINE_ON)  # turning the mode on regenerates everything
     assert len(switched.seen) == 6

@@ -8,7 +8,7 @@ import pytest
 
 from olmpipe.generate import DecodingSettings, GenerationRecord, decode_batch, iter_generate, make_requests
 from olmpipe.generate.base import Completion, GenerationBackend, PageRequest
-from olmpipe.generate.decoding import request_seed, settings_fingerprint
+from olmpipe.generate.decoding import decoding_fingerprint, request_seed
 
 GOOD = (
     "---\nprimary_language: en\nis_rotation_valid: True\nrotation_correction: 0\nis_table: False\n"
@@ -145,10 +145,10 @@ def test_seeds_stable_and_distinct():
 
 
 def test_fingerprint_ignores_throughput_knobs():
-    a = settings_fingerprint(settings(batch_size=1, repeats=1), {"backend": "x"}, {})
-    assert a == settings_fingerprint(settings(batch_size=64, repeats=5), {"backend": "x"}, {})
-    assert a != settings_fingerprint(settings(max_new_tokens=65), {"backend": "x"}, {})
-    assert a != settings_fingerprint(settings(), {"backend": "y"}, {})
+    a = decoding_fingerprint(settings(batch_size=1, repeats=1), {"backend": "x"}, {})
+    assert a == decoding_fingerprint(settings(batch_size=64, repeats=5), {"backend": "x"}, {})
+    assert a != decoding_fingerprint(settings(max_new_tokens=65), {"backend": "x"}, {})
+    assert a != decoding_fingerprint(settings(), {"backend": "y"}, {})
 
 
 def test_settings_validation():

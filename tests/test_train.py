@@ -11,14 +11,16 @@ from trainkit import REPO, make_page_index
 
 from olmpipe.config import ConfigError, load_config
 from olmpipe.records.metrics import read_metrics, truncate_metrics
+from olmpipe.records.pages import PAGE_FIELDS, read_page_index
 from olmpipe.train.args import grpo_config, grpo_knobs, resolve_dtype
 from olmpipe.train.callbacks import (
     RUN_STATE_FILE,
     CompletionsTable,
     MetricsFiles,
 )
-from olmpipe.train.data import PageIndexError, build_examples, read_page_index, to_dataset
-from olmpipe.train.jobconfig import run_fingerprint, seed_config
+from olmpipe.train.data import PageIndexError, build_examples, to_dataset
+from olmpipe.train.jobconfig import seed_config
+from olmpipe.train.resume import run_settings, trajectory_fingerprint
 from olmpipe.train.run import checkpoints, resolve_resume
 
 
@@ -70,7 +72,7 @@ def test_bad_page_index_names_file_and_line(tmp_path, line, message):
     path = tmp_path / "pages.jsonl"
     path.write_text("\n" + line + "\n")
     with pytest.raises(PageIndexError, match=rf"pages.jsonl:2: {message}"):
-        read_page_index(path)
+        read_page_index(path, required=PAGE_FIELDS, error=PageIndexError)
 
 
 def test_unknown_test_id_and_missing_image_fail_early(tmp_path):
@@ -91,7 +93,8 @@ def test_unknown_test_id_and_missing_image_fail_early(tmp_path):
 def test_grpo_config_from_config(tmp_path):
     cfg = load_config(overrides={"train": {"seed_overrides": [
         {"seed": 4, "grpo": {"importance_sampling_level": "sequence"}}]}})
-    args = grpo_config(cfg["train"], output_dir=str(tmp_path), seed=4, reward_weights=[1.0, 0.5], device="cpu")
+    args = grpo_config(grpo_knobs(cfg["train"], 4), output_dir=str(tmp_path), seed=4, reward_weights=[1.0, 0.5],
+                       device="cpu")
     assert args.importance_sampling_level == "sequence" and args.seed == 4
     assert not args.bf16 and args.use_cpu and args.remove_unused_columns is False and not args.log_completions
     assert args.reward_weights == [1.0, 0.5] and args.report_to == []
@@ -117,7 +120,8 @@ def test_every_grpo_config_field_is_reachable_and_checked(tmp_path):
     cfg = load_config(overrides={"train": {"grpo": {
         "use_bias_correction_kl": False, "num_generations_eval": 4, "vllm_importance_sampling_clip_min": 0.5,
         "lr_scheduler_kwargs": {"min_lr": 0.0}, "generation_kwargs": {"top_k": 5}, "adam_beta2": 0.98}}})
-    args = grpo_config(cfg["train"], output_dir=str(tmp_path), seed=0, reward_weights=[1.0], device="cpu")
+    args = grpo_config(grpo_knobs(cfg["train"], 0), output_dir=str(tmp_path), seed=0, reward_weights=[1.0],
+                       device="cpu")
     assert args.use_bias_correction_kl is False and args.num_generations_eval == 4
     assert args.vllm_importance_sampling_clip_min == 0.5 and args.adam_beta2 == 0.98
     assert args.generation_kwargs == {"top_k": 5} and args.lr_scheduler_kwargs == {"min_lr": 0.0}
@@ -142,7 +146,7 @@ def test_generation_batch_must_hold_whole_groups(tmp_path):
     cfg = load_config()
     cfg["train"]["grpo"]["num_generations"] = 3  # past the check: TRL still refuses it
     with pytest.raises(ValueError, match="divisible by num_generations"):
-        grpo_config(cfg["train"], output_dir=str(tmp_path), seed=0, reward_weights=[1.0], device="cpu")
+        grpo_config(grpo_knobs(cfg["train"], 0), output_dir=str(tmp_path), seed=0, reward_weights=[1.0], device="cpu")
 
 
 def test_batch_checks_are_trls(tmp_path):
@@ -353,11 +357,16 @@ def test_seed_config_and_fingerprint():
     assert seed_config(more, 4) == job  # adding a seed does not rerun the others
     site = load_config("config/olmocr2.yaml", {"resources": {"train": {"mem_mb": 1000, "runtime": 5}}})
     assert seed_config(site, 4) == job  # nor does asking for other memory or walltime
-    base = run_fingerprint(cfg, 4, "m")
-    assert run_fingerprint(load_config("config/olmocr2.yaml", {"train": {"wandb": {"mode": "disabled"},
-                                                                         "grpo": {"save_steps": 7}}}), 4, "m") == base
-    assert run_fingerprint(load_config("config/olmocr2.yaml", {"train": {"grpo": {"beta": 0.0}}}), 4, "m") != base
-    assert run_fingerprint(cfg, 1, "m") != base and run_fingerprint(cfg, 4, "other") != base
+    def fingerprint(cfg, seed, model):
+        return trajectory_fingerprint(run_settings(cfg, seed, model))
+
+    base = fingerprint(cfg, 4, "m")
+    assert fingerprint(load_config("config/olmocr2.yaml", {"train": {"wandb": {"mode": "disabled"},
+                                                                     "grpo": {"save_steps": 7}}}), 4, "m") == base
+    assert fingerprint(load_config("config/olmocr2.yaml", {"train": {"grpo": {"beta": 0.0}}}), 4, "m") != base
+    assert fingerprint(cfg, 1, "m") != base and fingerprint(cfg, 4, "other") != base
+    # the knobs the job computed once are the ones the settings record
+    assert run_settings(cfg, 4, "m", knobs=grpo_knobs(cfg["train"], 4)) == run_settings(cfg, 4, "m")
 
 
 def test_colocated_vllm_engine_drops_stale_caches_after_every_weight_sync():

@@ -152,7 +152,7 @@ def test_trl_trains_float32_weights_under_bf16_autocast_with_a_bf16_reference(se
     """The seams the run relies on, through the installed TRL/accelerate: ``bf16=True`` over float32
     parameters is autocast (the parameters stay float32), and the reference model is bf16."""
     from olmpipe.modelload import load_model_and_processor
-    from olmpipe.train.args import grpo_config
+    from olmpipe.train.args import grpo_config, grpo_knobs
     from olmpipe.train.data import build_examples, to_dataset
     from olmpipe.train.precision import resolve_precision
     from olmpipe.train.trainer import ResumableGRPOTrainer
@@ -161,8 +161,9 @@ def test_trl_trains_float32_weights_under_bf16_autocast_with_a_bf16_reference(se
     precision = resolve_precision(cfg["train"], "cpu")
     assert (precision.weights, precision.compute, precision.reference) == ("float32", "bfloat16", "bfloat16")
     model, processor = load_model_and_processor(setup["model"], dtype=precision.weights, device="cpu")
-    args = grpo_config(cfg["train"], output_dir=str(setup["root"] / "seams"), seed=0, reward_weights=[1.0],
-                       device="cpu", dtype=precision.compute, reference_dtype=precision.reference)
+    args = grpo_config(grpo_knobs(cfg["train"], 0), output_dir=str(setup["root"] / "seams"), seed=0,
+                       reward_weights=[1.0], device="cpu", dtype=precision.compute,
+                       reference_dtype=precision.reference)
     examples, _ = build_examples(setup["pages"], setup["tests"])
     trainer = ResumableGRPOTrainer(model=model, reward_funcs=[LowIdReward()], args=args,
                                    train_dataset=to_dataset(examples), processing_class=processor)

@@ -23,12 +23,12 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from olmpipe.codeversion import code_version
+from olmpipe.codeversion import rule_code_version
 from olmpipe.difficulty.score import CompletionIds, SampleScorer
 from olmpipe.difficulty.settings import DifficultyError, decoding_settings, trainer_sampling
-from olmpipe.eval_run import GENERATION_CODE, check_backend_errors, generate_journaled
+from olmpipe.eval_run import check_backend_errors, generate_journaled
 from olmpipe.generate import GenerationBackend, backend_identity, make_requests
-from olmpipe.generate.decoding import settings_fingerprint
+from olmpipe.generate.decoding import decoding_fingerprint
 from olmpipe.records.difficulty import STATS_NAME, SUMMARY_NAME, PageDifficulty, write_stats, write_summary
 from olmpipe.records.files import file_sha256
 from olmpipe.records.generations import GENERATIONS_NAME, GenerationRecord, write_generations
@@ -41,11 +41,12 @@ SCORE_BATCH = 256
 
 def stage_fingerprint(cfg: Mapping[str, Any], model_path: str | Path) -> str:
     """The fingerprint a journaled generation must carry to be reused: decoding settings, backend,
-    model identity, prompt and generation code (as the baseline's, :func:`olmpipe.eval_run.run_fingerprint`)."""
-    return settings_fingerprint(
+    model identity, prompt and generation code (as the baseline's,
+    :func:`olmpipe.eval_run.generation_fingerprint`)."""
+    return decoding_fingerprint(
         decoding_settings(cfg),
         backend_identity(cfg["generation"], model_path),
-        {"code": code_version(*GENERATION_CODE), "stage": "difficulty"},
+        {"code": rule_code_version("generations"), "stage": "difficulty"},
     )
 
 

@@ -108,10 +108,12 @@ def request_seed(base_seed: int, key: tuple[str, int, int], attempt: int) -> int
     return (base_seed * 1_000_003 + mixed) % (2**31 - 1)
 
 
-def settings_fingerprint(
+def decoding_fingerprint(
     settings: DecodingSettings, backend: Mapping[str, Any], extra: Mapping[str, Any]
 ) -> str:
-    """Short hash identifying the generation settings; resumed work must share it."""
+    """Short hash of what decides a generation's text: the decoding settings, the backend and model
+    identity, the prompt, plus ``extra`` (the caller's code version and mode); journaled work that a
+    resumed run reuses must carry the same (:func:`olmpipe.eval_run.generation_fingerprint`)."""
     payload = {
         "decoding": settings.fingerprint_fields(),
         "backend": dict(backend),

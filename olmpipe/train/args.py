@@ -20,7 +20,8 @@ defaults). The few arguments set here are not hyperparameters but consequences o
 
 >>> from olmpipe.config import load_config
 >>> cfg = load_config()
->>> args = grpo_config(cfg["train"], output_dir="/tmp/x", seed=0, reward_weights=[1.0], device="cpu")
+>>> knobs = grpo_knobs(cfg["train"], seed=0)  # once per job: the run settings and vLLM server read them too
+>>> args = grpo_config(knobs, output_dir="/tmp/x", seed=0, reward_weights=[1.0], device="cpu")
 >>> args.bf16, args.num_generations, args.remove_unused_columns
 (False, 4, False)
 """
@@ -67,7 +68,7 @@ def grpo_knobs(train_cfg: Mapping[str, Any], seed: int) -> dict[str, Any]:
 
 
 def grpo_config(
-    train_cfg: Mapping[str, Any],
+    knobs: Mapping[str, Any],
     *,
     output_dir: str,
     seed: int,
@@ -78,15 +79,15 @@ def grpo_config(
     overrides: Mapping[str, Any] | None = None,
     reference_dtype: str | None = None,
 ):
-    """The ``GRPOConfig`` of one seed's run; ``overrides`` are knobs decided at run time (the
-    address of the job's own vLLM server).
+    """The ``GRPOConfig`` of one seed's run from its ``knobs`` (:func:`grpo_knobs`, computed once per
+    job); ``overrides`` are knobs decided at run time (the address of the job's own vLLM server).
 
     ``dtype``: the compute dtype (``bfloat16``: mixed precision); ``reference_dtype``: the dtype TRL
     loads the reference model in (None: the policy's, TRL's default).
     """
     from trl import GRPOConfig
 
-    knobs = _for_installed({**grpo_knobs(train_cfg, seed), **dict(overrides or {})}, GRPOConfig)
+    knobs = _for_installed({**knobs, **dict(overrides or {})}, GRPOConfig)
     if reference_dtype is not None and knobs.get("beta", 0.0) != 0.0:
         knobs["model_init_kwargs"] = {"dtype": reference_dtype, **dict(knobs.get("model_init_kwargs") or {})}
     knobs["save_total_limit"] = None  # applied after each checkpoint's commit (olmpipe.train.checkpoints.rotate)

@@ -21,8 +21,7 @@ from typing import Any
 
 from olmpipe.layout import DIFFICULTY_DROPPED
 from olmpipe.records.candidates import candidate_name
-from olmpipe.records.pages import PAGE_FIELDS
-from olmpipe.records.pages import read_page_index as _read_page_index
+from olmpipe.records.pages import PAGE_FIELDS, read_page_index
 
 logger = logging.getLogger(__name__)
 
@@ -64,11 +63,6 @@ class DatasetSummary:
         return asdict(self)
 
 
-def read_page_index(path: str | Path) -> list[dict[str, Any]]:
-    """Read ``results/validate/pages.jsonl``; raises :class:`PageIndexError` naming file and line."""
-    return _read_page_index(path, required=PAGE_FIELDS, error=PageIndexError)
-
-
 def _reference_text(bench_dir: str | None, candidate: str | None, pdf: str, page: int) -> str | None:
     """The reference answer of a page from a candidate folder (olmOCR-Bench layout), if there is one."""
     if not candidate or not bench_dir:
@@ -101,7 +95,7 @@ def build_examples(
     by_jsonl: Counter[str] = Counter()
     examples: list[PageExample] = []
     known_ids: dict[str, set[str]] = {}
-    for record in read_page_index(index_path):
+    for record in read_page_index(index_path, required=PAGE_FIELDS, error=PageIndexError):
         where = f"{index_path}:{record['_line']}"
         if record["split"] != split:
             summary.skipped_other_split += 1

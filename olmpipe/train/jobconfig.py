@@ -1,10 +1,9 @@
-"""A seed's training job config: what the ``train_seed`` rule passes to the job, and its fingerprint.
+"""A seed's training job config: what the ``train_seed`` rule passes to the job.
 
 :func:`seed_config` is the config a ``train_seed`` job receives (its ``params``): the sections
 training reads, reduced to that seed, so that adding a seed to ``train.seeds`` or changing another
-seed's override does not rerun the seeds already trained. :func:`run_fingerprint` hashes the
-settings that define a run's trajectory (:mod:`olmpipe.train.resume` decides what a changed
-setting does to a checkpoint).
+seed's override does not rerun the seeds already trained. What a changed setting does to a
+checkpoint is :mod:`olmpipe.train.resume`'s (``run_settings``, ``trajectory_fingerprint``).
 """
 
 from __future__ import annotations
@@ -38,10 +37,3 @@ def seed_config(config: Mapping[str, Any], seed: int) -> dict[str, Any]:
 def seed_config_json(config: Mapping[str, Any], seed: int) -> str:
     """:func:`seed_config` as compact, key-sorted JSON (stable, so Snakemake's params compare equal)."""
     return json.dumps(seed_config(config, seed), sort_keys=True, separators=(",", ":"))
-
-
-def run_fingerprint(cfg: Mapping[str, Any], seed: int, model_path: str, world_size: int = 1) -> str:
-    """Hash of what defines a run's trajectory (:func:`olmpipe.train.resume.run_settings`)."""
-    from olmpipe.train.resume import run_settings, settings_fingerprint
-
-    return settings_fingerprint(run_settings(cfg, seed, model_path, world_size))

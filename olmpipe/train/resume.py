@@ -76,8 +76,13 @@ def _flatten(value: Any, prefix: str, out: dict[str, Any]) -> None:
         out[prefix] = value
 
 
-def run_settings(cfg: Mapping[str, Any], seed: int, model_path: str, world_size: int = 1) -> dict[str, Any]:
-    """The settings that define a run's trajectory, as ``{"train.grpo.learning_rate": 2e-06, ...}``."""
+def run_settings(cfg: Mapping[str, Any], seed: int, model_path: str, world_size: int = 1, *,
+                 knobs: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The settings that define a run's trajectory, as ``{"train.grpo.learning_rate": 2e-06, ...}``.
+
+    ``knobs``: the seed's GRPO knobs as the job computed them (:func:`olmpipe.train.args.grpo_knobs`);
+    computed here when not given.
+    """
     from olmpipe.train.args import grpo_knobs
 
     train = {k: v for k, v in cfg["train"].items() if k not in NOT_TRAJECTORY_TRAIN and k != "grpo"}
@@ -85,7 +90,7 @@ def run_settings(cfg: Mapping[str, Any], seed: int, model_path: str, world_size:
         # The difficulty filter changes the pages trained on only when on; off, its settings are
         # not compared (runs trained before it existed resume unchanged).
         del train["difficulty"]
-    knobs = grpo_knobs(cfg["train"], seed)
+    knobs = grpo_knobs(cfg["train"], seed) if knobs is None else knobs
     grpo = {k: v for k, v in knobs.items() if k not in NOT_TRAJECTORY_GRPO}
     if knobs["use_vllm"] and knobs["vllm_mode"] == "server":
         # the server's log-probs weigh every token of the loss (docs/recipe.md); the rest of
@@ -98,8 +103,8 @@ def run_settings(cfg: Mapping[str, Any], seed: int, model_path: str, world_size:
     return json.loads(json.dumps(out, default=str))
 
 
-def settings_fingerprint(settings: Mapping[str, Any]) -> str:
-    """Short stable hash of :func:`run_settings`."""
+def trajectory_fingerprint(settings: Mapping[str, Any]) -> str:
+    """Short stable hash of a run's trajectory settings (:func:`run_settings`), stored in each checkpoint."""
     return hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
@@ -157,7 +162,7 @@ def decide(resume: str, run_dir: str | Path, settings: Mapping[str, Any]) -> Res
     stored = _stored(newest)
     if "settings" in stored:
         changed = changed_keys(stored["settings"], settings)
-    elif stored.get("fingerprint") and stored["fingerprint"] != settings_fingerprint(settings):
+    elif stored.get("fingerprint") and stored["fingerprint"] != trajectory_fingerprint(settings):
         changed = ["(this checkpoint predates per-key settings; its fingerprint differs)"]
     else:
         changed = []

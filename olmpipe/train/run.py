@@ -239,7 +239,7 @@ def _train_locked(
     from olmpipe.train.health import RewardErrors, StopOnNonFinite, StopOnRewardErrors
     from olmpipe.train.peft import check_model, check_setup, lora_config, quantization_config
     from olmpipe.train.precision import resolve_precision, restore_fp32_masters, save_final_weights
-    from olmpipe.train.resume import run_settings, settings_fingerprint
+    from olmpipe.train.resume import run_settings, trajectory_fingerprint
     from olmpipe.train.trainer import ResumableGRPOTrainer, load_checkpoint_weights
     from olmpipe.train.vllm_server import (
         ManagedVLLMServer,
@@ -269,8 +269,8 @@ def _train_locked(
     init_distributed(knobs["ddp_timeout"])
     peft_cfg = tcfg["peft"]
     check_setup(peft_cfg, device, knobs)
-    settings = run_settings(cfg, seed, str(model_path), _world_size())
-    fingerprint = settings_fingerprint(settings)
+    settings = run_settings(cfg, seed, str(model_path), _world_size(), knobs=knobs)
+    fingerprint = trajectory_fingerprint(settings)
     checkpoint = resolve_resume(tcfg["resume"], run_dir, settings)
     step = checkpoint_step(checkpoint) if checkpoint is not None else 0
     if checkpoint is not None:
@@ -358,9 +358,9 @@ def _train_locked(
             # vllm_mode: server -- this job starts `trl vllm-serve` on the GPUs the launcher left to
             # it (olmpipe.train.vllm_server); TRL 1.16 talks to it from the main process only.
             server = stack.enter_context(ManagedVLLMServer(cfg, model_path, run_dir,
-                                                           gpus=server_devices(os.environ), seed=seed))
+                                                           gpus=server_devices(os.environ), knobs=knobs))
             overrides = server.grpo_overrides()
-        args = grpo_config(tcfg, output_dir=str(run_dir), seed=seed, reward_weights=weights, device=device,
+        args = grpo_config(knobs, output_dir=str(run_dir), seed=seed, reward_weights=weights, device=device,
                            dtype=precision.compute, reference_dtype=precision.reference,
                            report_to=["wandb"] if wandb_on else [], overrides=overrides)
         check_generation_batch(len(dataset), args.generation_batch_size, args.num_generations)

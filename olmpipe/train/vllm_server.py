@@ -34,7 +34,7 @@ How a job uses it (rank 0 only: TRL 1.16 connects to the server from the main pr
 ``trl/generation/vllm_generation.py`` lines 300-308)::
 
     server_gpus = server_devices(os.environ)             # set by the launcher, see trainer_environment
-    with ManagedVLLMServer(cfg, model_path, run_dir, gpus=server_gpus, seed=seed) as server:
+    with ManagedVLLMServer(cfg, model_path, run_dir, gpus=server_gpus, knobs=knobs) as server:
         train_cfg["grpo"].update(server.grpo_overrides())  # vllm_server_host/port for GRPOConfig
         ...  # build the GRPOTrainer and train
 
@@ -218,16 +218,18 @@ def default_program() -> list[str]:
 
 
 def build_command(cfg: Mapping[str, Any], model_path: str | os.PathLike, gpus: Sequence[str], port: int,
-                  *, seed: int | None = None) -> list[str]:
+                  *, knobs: Mapping[str, Any] | None = None) -> list[str]:
     """The server's command line (TRL 1.16 ``trl/scripts/vllm_serve.py`` ``ScriptArguments`` flags).
 
-    Raises ``ValueError`` naming the config key for a null ``vllm_max_model_length``, one shorter
-    than ``max_completion_length``, or a GPU count other than the tensor parallel size.
+    ``knobs``: the job's GRPO knobs (:func:`olmpipe.train.args.grpo_knobs`, its seed's overrides
+    applied; default ``train.grpo``). Raises ``ValueError`` naming the config key for a null
+    ``vllm_max_model_length``, one shorter than ``max_completion_length``, or a GPU count other
+    than the tensor parallel size.
     """
-    from olmpipe.train.args import grpo_knobs, resolve_dtype
+    from olmpipe.train.args import resolve_dtype
 
     train = cfg["train"]
-    grpo = grpo_knobs(train, seed) if seed is not None else dict(train["grpo"])
+    grpo = dict(knobs if knobs is not None else train["grpo"])
     max_len = grpo["vllm_max_model_length"]
     if max_len is None:
         raise ValueError(
@@ -314,17 +316,17 @@ class ManagedVLLMServer:
 
     ``cfg``: the job's config (``train`` section read); ``model_path``: what the server loads (the
     run's starting weights: TRL pushes the trainer's weights to it after each step); ``run_dir``:
-    the seed's folder (log goes there); ``gpus``: the server's devices; ``seed``: applies that
-    seed's ``train.seed_overrides`` to the ``grpo`` knobs.
+    the seed's folder (log goes there); ``gpus``: the server's devices; ``knobs``: the job's GRPO
+    knobs (its seed's ``train.seed_overrides`` applied; default ``train.grpo``).
     """
 
     def __init__(self, cfg: Mapping[str, Any], model_path: str | os.PathLike, run_dir: str | os.PathLike,
-                 gpus: Sequence[str], *, seed: int | None = None) -> None:
+                 gpus: Sequence[str], *, knobs: Mapping[str, Any] | None = None) -> None:
         self._settings = dict(cfg["train"]["vllm_server"])
         self.port = pick_port(self._settings["port"])
         self.host = HOST
         self.gpus = [str(g) for g in gpus]
-        self.command = build_command(cfg, model_path, self.gpus, self.port, seed=seed)
+        self.command = build_command(cfg, model_path, self.gpus, self.port, knobs=knobs)
         self.log_path = Path(run_dir) / LOG_NAME
         self.process: subprocess.Popen | None = None
         self._watchdog: subprocess.Popen | None = None
