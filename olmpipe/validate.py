@@ -484,7 +484,7 @@ def run_validate(
     for warning in result.warnings[:20]:
         logger.warning("%s", warning)
     if len(result.warnings) > 20:
-        logger.warning("... and %d more warnings (see report.json)", len(result.warnings) - 20)
+        logger.warning("... and %d more warnings (see %s)", len(result.warnings) - 20, report_path)
     return result
 
 
