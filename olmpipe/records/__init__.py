@@ -6,6 +6,7 @@ file                          written by -> read by                       owner
 ``validate/pages.jsonl``      validate -> generation, training, report    :mod:`.pages`
 ``<run>/generations.jsonl``   baseline/evaluate -> compare, report         :mod:`.generations`
 ``<run>/verdicts.jsonl``      baseline/evaluate -> compare, notebooks      :mod:`.verdicts`
+``difficulty/*.jsonl|json``   difficulty -> training, report, notebooks    :mod:`.difficulty`
 ``train/seed<n>/metrics.*``   training -> report plots, notebooks          :mod:`.metrics`
 ``train/seed<n>/completions`` training -> notebooks                        :mod:`.completions`
 ``evaluate/comparison.*``     evaluate -> report, plots, notebooks         :mod:`.comparison`
