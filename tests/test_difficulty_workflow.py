@@ -67,15 +67,20 @@ def write_config(workdir: Path, **changes) -> None:
 
 def test_plan_and_reruns_of_the_difficulty_stage(tmp_path):
     make_small_bench(tmp_path / "bench")
-    write_config(tmp_path)
-    # the plan of `train` with the filter on: validate -> difficulty_sample -> difficulty_filter -> train_seed
-    plan = snakemake(tmp_path, "-n", "-p", "train")
+    write_config(tmp_path, train__difficulty__enabled=False)
+    # the command: the plan of `train` with the filter switched on from the command line is
+    # validate -> difficulty_sample -> difficulty_filter -> train_seed (on the filtered index)
+    plan = snakemake(tmp_path, "-n", "-p", "train", "--config", "train={difficulty: {enabled: true}}")
     counts = job_counts(plan)
     assert counts["difficulty_sample"] == 1 and counts["difficulty_filter"] == 1 and counts["train_seed"] == 1
     text = plan.stdout
     assert re.search(r"rule difficulty_filter:\n\s+input: results/difficulty/stats.jsonl, results/validate/pages.jsonl", text)
     assert "--pages results/difficulty/train_pages.jsonl" in text  # the training job reads the filtered index
+    order = [m for m in re.findall(r"^rule (\w+):", text, flags=re.MULTILINE) if m in
+             ("validate", "difficulty_sample", "difficulty_filter", "train_seed")]
+    assert order == ["validate", "difficulty_sample", "difficulty_filter", "train_seed"]
 
+    write_config(tmp_path)
     first = snakemake(tmp_path, "difficulty")
     assert job_counts(first) == {"rasterize": 1, "validate": 1, "build_model": 1, "difficulty_sample": 1,
                                  "difficulty_filter": 1}
