@@ -132,6 +132,23 @@ def test_job_config_holds_only_what_changes_the_samples():
     assert decoding_settings(job) == decoding_settings(recipe) and decoding_settings(job).repeats == 28
 
 
+def test_samples_per_page_have_a_maximum():
+    """Probe F12: k had no maximum, and a reward comparing a page's completions pairwise (medoid)
+    costs k(k-1)/2 edit distances per page. The schema stops an explicit k above 128; a null k
+    taking a larger num_generations stops the sampling job's config with the key to set."""
+    from olmpipe.config import ConfigError
+    from olmpipe.difficulty.settings import MAX_SAMPLES
+
+    assert MAX_SAMPLES == 128 and job_config(config(samples=128))["train"]["difficulty"]["samples"] == 128
+    with pytest.raises(ConfigError, match="train/difficulty/samples: 129 is greater than the maximum of 128"):
+        config(samples=129)
+    big = load_config(overrides={"train": {"grpo": {"num_generations": 256, "per_device_train_batch_size": 256},
+                                           "difficulty": {"enabled": True}}})
+    with pytest.raises(DifficultyError, match=r"train.difficulty.samples \(null: train.grpo.num_generations, 256\): "
+                                              "at most 128"):
+        job_config(big)
+
+
 def test_training_jobs_unchanged_while_the_filter_is_off():
     """Off (the default), a seed's job config and resume settings are what they were before the
     stage existed; on, the filter's settings enter both."""

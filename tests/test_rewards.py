@@ -30,6 +30,7 @@ from olmpipe.rewards import (
     scored_text,
     table_is_rectangular,
 )
+from olmpipe.rewards.reference import _page_text, medoid_agreement
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "data" / "bench" / "olmocr-sample"
@@ -224,6 +225,34 @@ def test_medoid_reward_groups_by_page():
     huge = ["x" * 1_000_000, "y" * 1_000_000]
     start = time.monotonic()
     assert len(reward(completions=huge)) == 2 and time.monotonic() - start < 5
+
+
+def _pairwise_medoid(texts: list[str]) -> list[float]:
+    """The medoid rewards as the reward computed them before probe F12 (O(k^3): every member scanned every pair)."""
+    from rapidfuzz.distance import Levenshtein
+
+    members = list(range(len(texts)))
+    if len(members) == 1:
+        return [1.0]
+    dist = {(a, b): Levenshtein.normalized_distance(texts[a], texts[b]) for i, a in enumerate(members)
+            for b in members[i + 1:]}
+    total = {m: sum(d for pair, d in dist.items() if m in pair) for m in members}
+    medoid = min(members, key=lambda m: (total[m], m))
+    return [1.0 if m == medoid else 1.0 - dist[(min(m, medoid), max(m, medoid))] for m in members]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.text(alphabet="ab \né", max_size=12), min_size=1, max_size=30), st.data())
+def test_medoid_rewards_are_the_pairwise_loops_bit_for_bit(texts, data):
+    """The O(k^2) medoid (probe F12) gives the old loop's rewards exactly, near ties and duplicates
+    included (the sums are added in the same order); benchmarks/medoid.py measures the speed."""
+    assert medoid_agreement(texts) == _pairwise_medoid(texts)
+    pages = data.draw(st.lists(st.integers(0, 2), min_size=len(texts), max_size=len(texts)))
+    got = MedoidReward()(completions=texts, pdf=["p.pdf"] * len(texts), page=pages)
+    page_texts = [_page_text(t) or "" for t in texts]
+    for page in set(pages):
+        members = [i for i, p in enumerate(pages) if p == page]
+        assert [got[i] for i in members] == _pairwise_medoid([page_texts[i] for i in members])
 
 
 def test_text_helpers():

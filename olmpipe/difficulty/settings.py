@@ -64,12 +64,22 @@ def trainer_sampling(train: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+#: Most completions per page (the schema's maximum of ``train.difficulty.samples``): rewards that
+#: compare a page's completions pairwise (``medoid``) cost k(k-1)/2 edit distances per page.
+MAX_SAMPLES = 128
+
+
 def samples_per_page(train: Mapping[str, Any]) -> int:
     """``train.difficulty.samples``, or the GRPO group size ``train.grpo.num_generations`` when null."""
     samples = train["difficulty"]["samples"]
     k = int(samples if samples is not None else train["grpo"]["num_generations"])
     if k < 2:
         raise DifficultyError(f"train.difficulty.samples: need at least 2 completions per page for a spread, got {k}")
+    if k > MAX_SAMPLES:
+        source = "" if samples is not None else f" (null: train.grpo.num_generations, {k})"
+        raise DifficultyError(f"train.difficulty.samples{source}: at most {MAX_SAMPLES} completions per page (a "
+                              f"reward that compares them pairwise costs k(k-1)/2 edit distances per page); set "
+                              f"train.difficulty.samples to {MAX_SAMPLES} or fewer")
     return k
 
 
@@ -142,8 +152,7 @@ def job_config(cfg: Mapping[str, Any]) -> dict[str, Any]:
         "train": {
             "grpo": grpo,
             # k resolved (checked by the job: the workflow must parse whatever the config)
-            "difficulty": {"samples": train["difficulty"]["samples"] or train["grpo"]["num_generations"],
-                           "seed": train["difficulty"]["seed"]},
+            "difficulty": {"samples": samples_per_page(train), "seed": train["difficulty"]["seed"]},
         },
     }
 

@@ -198,8 +198,17 @@ class MedoidReward:
 
     Groups are the completions of the same page (the ``pdf`` and ``page`` columns); without those
     columns the whole call is one group. Under multi-GPU training a group is the part of the page's
-    completions a process scores. Texts are cut to ``max_chars`` (pairwise distances are quadratic
-    in the group size).
+    completions a process scores. Texts are cut to ``max_chars``.
+
+    Cost: a group of ``k`` completions needs ``k (k - 1) / 2`` edit distances (rapidfuzz, in C; two
+    texts of ``max_chars`` take about ``max_chars**2 / 64`` word operations), a ``k x k`` matrix
+    (``8 k**2`` bytes) and ``k**2`` additions: ``O(k**2)`` distances, where the pairwise loop it
+    replaces also scanned every pair for every member (``O(k**3)``: 7.5 s per page at k = 400 on
+    short texts). The difficulty stage's ``k`` (``train.difficulty.samples``) has a schema maximum for
+    this reason (``benchmarks/medoid.py`` measures both).
+    The medoid is the member with the smallest sum of distances to the others (ties: the first), the
+    sums added in the order of the members, as the pairwise loop this replaces did, so the rewards are
+    the same to the last bit.
     """
 
     def __init__(self, max_chars: int = 10_000):
@@ -207,8 +216,6 @@ class MedoidReward:
         self.__name__ = "medoid_reward"
 
     def __call__(self, prompts=None, completions=None, **kwargs) -> list[float | None]:
-        from rapidfuzz.distance import Levenshtein
-
         completions = list(completions or [])
         n = len(completions)
         keys = list(zip(column(kwargs, "pdf", n), column(kwargs, "page", n), strict=True))
@@ -218,16 +225,35 @@ class MedoidReward:
         texts = [(_page_text(c) or "")[: self.max_chars] for c in completions]
         out: list[float | None] = [None] * n
         for members in groups.values():
-            if len(members) == 1:
-                out[members[0]] = 1.0
-                continue
-            dist = {
-                (a, b): Levenshtein.normalized_distance(texts[a], texts[b])
-                for i, a in enumerate(members)
-                for b in members[i + 1 :]
-            }
-            total = {m: sum(d for pair, d in dist.items() if m in pair) for m in members}
-            medoid = min(members, key=lambda m: (total[m], m))
-            for m in members:
-                out[m] = 1.0 if m == medoid else 1.0 - dist[(min(m, medoid), max(m, medoid))]
+            for m, reward in zip(members, medoid_agreement([texts[m] for m in members]), strict=True):
+                out[m] = reward
         return out
+
+
+def medoid_agreement(texts: list[str]) -> list[float]:
+    """1 - normalized edit distance of each text to the group's medoid (1.0 for the medoid itself).
+
+    >>> medoid_agreement(["abc", "abd", "xyz"])
+    [1.0, 0.6666666666666667, 0.0]
+    """
+    import numpy as np
+    from rapidfuzz.distance import Levenshtein
+    from rapidfuzz.process import cdist
+
+    k = len(texts)
+    if k == 1:
+        return [1.0]
+    # each pair once (the distance is symmetric), one C call per row: texts[i] against every later text
+    dist = np.zeros((k, k), dtype=np.float64)
+    for i in range(k - 1):
+        row = cdist(texts[i : i + 1], texts[i + 1 :], scorer=Levenshtein.normalized_distance, dtype=np.float64,
+                    workers=1)[0]
+        dist[i, i + 1 :] = row
+        dist[i + 1 :, i] = row
+    # Each row's sum without its diagonal, added left to right (np.cumsum is sequential) as the
+    # pairwise loop's ``sum(...)`` did: the same totals, so the same medoid on near ties.
+    totals = np.cumsum(dist[~np.eye(k, dtype=bool)].reshape(k, k - 1), axis=1)[:, -1]
+    medoid = int(np.argmin(totals))  # the first of equal minima, like min(members, key=(total, index))
+    rewards = 1.0 - dist[medoid]
+    rewards[medoid] = 1.0
+    return rewards.tolist()

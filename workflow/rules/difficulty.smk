@@ -42,8 +42,9 @@ rule difficulty_sample:
         mem_mb=config["resources"]["generate"]["mem_mb"],
         runtime=config["resources"]["generate"]["runtime"],
     params:
-        # The sections the job reads, reduced to what changes its result.
-        settings=job_config_json(config),
+        # The sections the job reads, reduced to what changes its result (a function: evaluated,
+        # and k checked against its maximum, only when the stage is part of the run).
+        settings=lambda wildcards: job_config_json(config),
         code=rule_code_version("difficulty_sample"),
         # No hub look-up: the model is a folder (a downloaded hub id included).
         offline=OFFLINE,
