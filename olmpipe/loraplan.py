@@ -11,8 +11,9 @@ Sizes:
 - adapter: ``r x (in + out)`` parameters per adapted linear layer (+ ``out`` with DoRA's magnitude),
   trained in float32 (PEFT's ``autocast_adapter_dtype``; olmpipe keeps QLoRA adapters in float32
   too): 4 bytes of weights, 4 of gradients, 8 of AdamW moments per parameter;
-- ``modules_to_save``: a trained copy in the base's dtype (weights, gradients, two moments) beside
-  the frozen original;
+- ``modules_to_save``: a trained float32 copy beside the frozen original (PEFT copies the module in
+  the base's dtype; olmpipe casts every trained tensor to float32, :func:`olmpipe.train.peft.restore_fp32_adapter`):
+  16 bytes per parameter like the adapter;
 - 4-bit base (NF4/FP4): half a byte per linear-layer weight plus one absmax per 64 weights (fp32,
   or 8-bit with an fp32 constant per 256 blocks under double quantization: Dettmers et al. 2023,
   QLoRA, section 3); 8-bit: one byte per weight plus an fp32 scale per row (LLM.int8). Embeddings,

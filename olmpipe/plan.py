@@ -587,7 +587,7 @@ def memory_plan(cfg: Mapping[str, Any], shape: ModelShape, gpus: int | None = No
     checkpoints = checkpoint_plan(cfg, strategy=strategy, processes=n, parameters=params,
                                   weight_bytes=2 if precision.weights == "bfloat16" else 4, compute_bytes=w,
                                   slurm_extra=slurm_extra, signal_source=signal_source,
-                                  adapter_bytes=_adapter_bytes(shape, peft, w) if peft["enabled"] else None)
+                                  adapter_bytes=_adapter_bytes(shape, peft) if peft["enabled"] else None)
     height, width = page_size(cfg["rasterize"]["longest_side"])
     return MemoryPlan(launch=launch, shape=shape, gpu_memory_gib=gpu_gib, train_terms=tuple(terms),
                       server_terms=tuple(server), problems=tuple(problems),
@@ -597,11 +597,11 @@ def memory_plan(cfg: Mapping[str, Any], shape: ModelShape, gpus: int | None = No
                       checkpoints=checkpoints, image_tokens=img_tokens, page_height=height, page_width=width)
 
 
-def _adapter_bytes(shape: ModelShape, peft: Mapping[str, Any], w: int) -> float:
-    """Bytes of what LoRA trains: the float32 adapter and the modules_to_save copies (:mod:`olmpipe.loraplan`)."""
+def _adapter_bytes(shape: ModelShape, peft: Mapping[str, Any]) -> float:
+    """Bytes of what LoRA trains: the adapter and the modules_to_save copies, all float32 (:mod:`olmpipe.loraplan`)."""
     from olmpipe.loraplan import adapter_parameters, saved_module_parameters
 
-    return adapter_parameters(shape, peft)[0] * 4 + saved_module_parameters(shape, peft)[0] * w
+    return (adapter_parameters(shape, peft)[0] + saved_module_parameters(shape, peft)[0]) * 4
 
 
 def _lora_terms(shape: ModelShape, peft: Mapping[str, Any], w: int) -> list[Term]:
@@ -611,14 +611,14 @@ def _lora_terms(shape: ModelShape, peft: Mapping[str, Any], w: int) -> list[Term
     base, base_note = base_weight_bytes(shape, peft, w)
     adapter, unknown = adapter_parameters(shape, peft)
     saved, unknown_saved = saved_module_parameters(shape, peft)
-    trained = _adapter_bytes(shape, peft, w)  # fp32 adapter; modules_to_save copies in the base's dtype
+    trained = _adapter_bytes(shape, peft)  # fp32 adapter and modules_to_save copies (16 B/param with grads, AdamW)
     note_unknown = f"; not sized: {', '.join(unknown + unknown_saved)}" if unknown or unknown_saved else ""
     quant_fix = "train.peft.quantization: 4bit (QLoRA, rollouts without vLLM)"
     return [
         Term("base weights (frozen)", base / GIB, base_note,
              quant_fix if peft["quantization"] == "none" else "a smaller model"),
         Term("adapter weights", trained / GIB,
-             f"LoRA r={peft['r']}: {adapter / 1e6:.1f}M x 4 B" + (f" + {saved / 1e6:.1f}M saved x {w} B" if saved else "")
+             f"LoRA r={peft['r']}: {adapter / 1e6:.1f}M x 4 B" + (f" + {saved / 1e6:.1f}M saved x 4 B" if saved else "")
              + note_unknown, "lower train.peft.r or fewer target_modules"),
         Term("gradients", trained / GIB, "adapter only", "lower train.peft.r"),
         Term("optimizer states", 2 * trained / GIB, "AdamW, adapter only", "lower train.peft.r"),

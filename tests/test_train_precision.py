@@ -173,3 +173,37 @@ def test_trl_trains_float32_weights_under_bf16_autocast_with_a_bf16_reference(se
     with trainer.accelerator.autocast():
         x = torch.ones(2, 2)
         assert (x @ x).dtype == torch.bfloat16
+
+
+def _lora_step(setup: dict, name: str, dtype: str) -> dict[str, torch.Tensor]:
+    """One LoRA step at lr 2e-6 with the vision merger in ``modules_to_save``: the checkpoint's adapter file."""
+    run = setup["root"] / name
+    job = _job(dtype)
+    job["train"]["peft"] = {"enabled": True, "r": 4, "modules_to_save": ["merger"]}
+    assert train_seed(load_config(overrides=job), seed=0, model_path=setup["model"], pages=setup["pages"],
+                      tests_dir=setup["tests"], run_dir=run, reward_funcs=[LowIdReward()]) == 0
+    return load_file(str(run / "checkpoint-1" / "adapter_model.safetensors"))
+
+
+def test_lora_modules_to_save_train_in_float32_on_a_bf16_base(setup: dict) -> None:
+    """Probe F7: PEFT's trained copy of a ``modules_to_save`` module is a deep copy of the base module,
+    bf16 on a bf16 base (any GPU run), and PEFT casts only LoRA's own tensors to float32: one step at
+    lr 2e-6 moved 4% of the merger copy's elements (the LoRA B matrices: 99.9%). Every trained tensor
+    is float32 now and moves like the float32 run's."""
+    from olmpipe.modelload import load_model_and_processor
+
+    reference = _lora_step(setup, "lora-float32", "float32")
+    trained = _lora_step(setup, "lora-bf16", "bfloat16")
+    base, _ = load_model_and_processor(setup["model"], dtype="bfloat16", device="cpu")
+    start = {f"base_model.model.{k}": v for k, v in base.state_dict().items() if ".merger." in k}
+    saved = sorted(k for k in trained if ".merger." in k)
+    assert saved and set(saved) <= set(start), saved
+
+    def moved(weights: dict[str, torch.Tensor], k: str) -> tuple[int, int]:
+        return int((weights[k] != start[k].to(weights[k].dtype)).sum()), weights[k].numel()
+
+    result = summary({k: moved(trained, k) for k in saved}, {k: moved(reference, k) for k in saved})
+    sys.stdout.write(f"\nprecision lora modules_to_save: {json.dumps(result)}\n")
+    assert result["trained_tensors"] >= 2, result  # the merger's linear layers moved in the float32 run
+    assert result["tensor_share"] >= TENSOR_SHARE and result["element_share"] >= ELEMENT_SHARE, result
+    assert {trained[k].dtype for k in trained} == {torch.float32}, {k: trained[k].dtype for k in saved}

@@ -188,10 +188,16 @@ def quantization_config(peft_cfg: Mapping[str, Any], compute_dtype: str):
 
 
 def restore_fp32_adapter(model: Any) -> int:
-    """Cast the trainable (adapter) weights of ``model`` to float32; returns how many were cast.
+    """Cast every trainable weight of the PEFT ``model`` to float32; returns how many were cast.
 
-    TRL 1.16 casts them to bfloat16 on a quantized base (grpo_trainer.py:537-541); called before
-    the optimizer is created, so AdamW keeps fp32 states of fp32 weights.
+    Two kinds arrive in another dtype: TRL 1.16 casts the adapter to bfloat16 on a quantized base
+    (grpo_trainer.py:537-541), and PEFT makes the trained copy of each ``modules_to_save`` module as a
+    deep copy of the base module (peft 0.21 ``utils/other.py``:632-656, ``ModulesToSaveWrapper.update``), in
+    the base's bf16, which PEFT's ``autocast_adapter_dtype`` does not touch (it casts LoRA's own
+    tensors only) -- trained in bf16 without a master copy, most of its updates at small learning
+    rates round away (probe F7: 4% of its elements moved in a step at lr 2e-6). Called before the
+    optimizer is created, so AdamW keeps fp32 states of fp32 weights; under autocast (bf16 compute)
+    the float32 copy runs like a master weight.
     """
     import torch
 

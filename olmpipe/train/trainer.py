@@ -190,17 +190,19 @@ class ResumableGRPOTrainer(GRPOTrainer):
         generation._iter_named_params = lambda: published_layout(named_params())
 
     def _prepare_adapter(self) -> None:
-        """LoRA: fp32 adapter weights on a quantized base, and vLLM syncs that leave the base as it was.
+        """LoRA: every trained tensor in float32, and vLLM syncs that leave the base as it was.
 
-        See :mod:`olmpipe.train.peft`. The sync replaces ``VLLMGeneration._iter_named_params``
-        (private, trl/generation/vllm_generation.py:436-479 at TRL 1.16.0) outside ZeRO-3 and FSDP,
-        where TRL's own gathers are needed and kept.
+        See :mod:`olmpipe.train.peft`. The trained tensors (the adapter, and the copies of
+        ``modules_to_save``, which PEFT makes in the base's dtype) are cast before the optimizer
+        exists (:func:`~olmpipe.train.peft.restore_fp32_adapter`). The sync replaces
+        ``VLLMGeneration._iter_named_params`` (private, trl/generation/vllm_generation.py:436-479 at
+        TRL 1.16.0) outside ZeRO-3 and FSDP, where TRL's own gathers are needed and kept.
         """
         from olmpipe.train.peft import merged_named_params, restore_fp32_adapter
 
-        if getattr(self.model, "is_loaded_in_4bit", False) or getattr(self.model, "is_loaded_in_8bit", False):
-            logger.info("adapter weights back to float32 on the quantized base: %d tensors",
-                        restore_fp32_adapter(self.model))
+        cast = restore_fp32_adapter(self.model)
+        if cast:
+            logger.info("trained tensors of the adapter and modules_to_save cast to float32: %d", cast)
         generation = getattr(self, "vllm_generation", None)
         if generation is None:
             return
