@@ -39,6 +39,7 @@ ALLOWED = {
     "processor_config.json": "transformers' processor config file (PROCESSOR_NAME), read for the image budget",
     "model.safetensors": "transformers' single-file weights (SAFE_WEIGHTS_NAME)",
     "model.safetensors.index.json": "transformers' sharded weights index (SAFE_WEIGHTS_INDEX_NAME)",
+    "pytorch_model.bin.index.json": "transformers' sharded .bin weights index (WEIGHTS_INDEX_NAME)",
     "*.safetensors": "the weight files of a Hugging Face model folder",
     "trainer_state.json": "transformers' checkpoint state file (TRAINER_STATE_NAME, transformers/trainer.py)",
     ".safetensors.index.json": "the suffix of transformers' sharded weights index (any prefix)",

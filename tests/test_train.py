@@ -289,8 +289,12 @@ def test_completions_table_rows(tmp_path):
 
 
 def _fake_checkpoint(run_dir, step, settings):
+    import torch
+    from safetensors.torch import save_file
+
     folder = run_dir / f"checkpoint-{step}"
     folder.mkdir(parents=True)
+    save_file({"w": torch.zeros(2)}, str(folder / "model.safetensors"))  # the weights a resume loads
     (folder / "trainer_state.json").write_text(json.dumps({"global_step": step}))
     (folder / RUN_STATE_FILE).write_text(json.dumps({"settings": settings, "wandb_run_id": "abc"}))
     return folder

@@ -21,7 +21,7 @@ from trainkit import LowIdReward, make_page_index
 
 from olmpipe.config import load_config
 from olmpipe.records.metrics import read_metrics
-from olmpipe.train.checkpoints import RUN_STATE_FILE, commit, complete_checkpoints, problem, rotate
+from olmpipe.train.checkpoints import FILES_KEY, RUN_STATE_FILE, commit, complete_checkpoints, problem, rotate
 from olmpipe.train.run import resolve_resume, train_seed
 
 SETTINGS = {"train.grpo.learning_rate": 1e-6, "world_size": 1, "seed": 0}
@@ -75,6 +75,98 @@ def test_unfinished_and_unreadable_checkpoints_are_skipped_with_a_warning(tmp_pa
     (run / "checkpoint-2" / "trainer_state.json").write_text(json.dumps({"global_step": 2}))
     assert problem(run / "checkpoint-2", require_marker=False) is None
     assert resolve_resume(str(run / "checkpoint-2"), run, SETTINGS) == run / "checkpoint-2"
+
+
+def _legacy(folder: Path, **settings) -> Path:
+    """A checkpoint committed before the marker listed the save's files (its ``settings`` updated)."""
+    marker = json.loads((folder / RUN_STATE_FILE).read_text())
+    del marker[FILES_KEY]
+    marker["settings"] = {**marker["settings"], **settings}
+    (folder / RUN_STATE_FILE).write_text(json.dumps(marker))
+    return folder
+
+
+def test_a_committed_checkpoint_without_what_a_resume_loads_is_skipped(tmp_path, caplog):
+    """Probe F5: a committed LoRA checkpoint whose adapter_model.safetensors was gone counted as
+    complete (problem() checked only the files that were there), and the final-model path crashed on
+    it. Now the weights a resume loads must be there, and every file the save wrote, with its size."""
+    from safetensors.torch import save_file
+
+    run = tmp_path / "seed0"
+    good = _save(run, 1)
+    lora = _legacy(_save(run, 2), **{"train.peft.enabled": True})  # the probe's folder (marker without files)
+    (lora / "adapter_config.json").write_text("{}")
+    save_file({"a": torch.ones(2)}, str(lora / "adapter_model.safetensors"))
+    assert problem(lora) is None
+    (lora / "adapter_model.safetensors").unlink()
+    (_legacy(_save(run, 3)) / "model.safetensors").unlink()  # full training, weights deleted
+    sharded = _legacy(_save(run, 4))
+    (sharded / "model.safetensors").rename(sharded / "model-00001-of-00002.safetensors")
+    (sharded / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {
+        "w": "model-00001-of-00002.safetensors", "v": "model-00002-of-00002.safetensors"}}))
+    deepspeed = _legacy(_save(run, 5))
+    (deepspeed / "global_step5").mkdir()
+    (deepspeed / "latest").write_text("global_step6")
+    (_save(run, 6) / "optimizer.pt").unlink()  # the marker lists it: transformers would resume without it
+    rng = _save(run, 7) / "rng_state.pth"
+    torch.save({"python": 1, "more": list(range(100))}, rng)  # another whole archive than the save wrote
+    assert complete_checkpoints(run) == [good]
+    assert resolve_resume("auto", run, SETTINGS) == good
+    for step, reason in [(2, "no adapter_model.safetensors: the LoRA adapter a resume loads is missing"),
+                         (3, "no model weights (model.safetensors, a sharded index or pytorch_model.bin)"),
+                         (4, "model.safetensors.index.json lists model-00002-of-00002.safetensors, which is missing"),
+                         (5, "the DeepSpeed state global_step6/ that latest names is missing or empty"),
+                         (6, "optimizer.pt is missing (the save wrote it: olmpipe_run.json lists it)"),
+                         (7, f"rng_state.pth has {rng.stat().st_size} bytes, the save wrote ")]:
+        assert f"skipping checkpoint {run / f'checkpoint-{step}'}: {reason}" in caplog.text, step
+    # what the marker lists: every file of the save, by relative path and size
+    listed = json.loads((good / RUN_STATE_FILE).read_text())[FILES_KEY]
+    assert listed == {name: (good / name).stat().st_size
+                      for name in ("model.safetensors", "optimizer.pt", "rng_state.pth", "trainer_state.json")}
+
+
+def test_a_checkpoint_written_again_loses_its_old_marker_first(tmp_path):
+    """A folder training reaches again (skipped as incomplete at the resume) is rewritten by
+    transformers in place: RunState takes its old marker away at the start of that step, so a
+    rewrite stopped half-way is not complete; the commit at its end marks it again."""
+    from transformers import TrainerState, TrainingArguments
+
+    from olmpipe.train.callbacks import RunState
+
+    run = tmp_path / "seed0"
+    _save(run, 1)
+    stale = _save(run, 2)
+    (stale / "optimizer.pt").unlink()
+    callback = RunState(0, None, None, SETTINGS)
+    args, state = TrainingArguments(output_dir=str(run), report_to=[]), TrainerState(global_step=0)
+    callback.on_step_begin(args, state, None)  # step 1: its folder is complete; written again too
+    assert not (run / "checkpoint-1" / RUN_STATE_FILE).exists()
+    state.global_step = 1
+    callback.on_step_begin(args, state, None)  # step 2: the stale folder is unmarked before the rewrite
+    assert not (stale / RUN_STATE_FILE).exists() and (stale / f"{RUN_STATE_FILE}.replaced").is_file()
+    torch.save({"state": {0: torch.ones(64)}}, stale / "optimizer.pt")
+    assert problem(stale) == "no olmpipe_run.json: its save did not finish (olmpipe writes that file last)"
+    state.global_step = 2
+    callback.on_save(args, state, None)
+    assert problem(stale) is None
+
+
+def test_no_staging_folder_stays_behind_when_the_final_model_fails(tmp_path, tiny_model_dir):
+    """Probe F5: a failure while the final folders were written left adapter.tmp/ and model.tmp/."""
+    from olmpipe.train.peft import adapter_and_merged_writer
+    from olmpipe.train.run import _write_final
+
+    final = tmp_path / "seed0" / "model"
+    final.parent.mkdir()
+
+    def fails(path: Path) -> None:
+        (Path(path) / "half.safetensors").write_bytes(b"x")
+        raise FileNotFoundError("checkpoint-4/adapter_model.safetensors")
+
+    save = adapter_and_merged_writer(fails, tiny_model_dir, final, True, lambda: None)
+    with pytest.raises(FileNotFoundError):
+        _write_final(save, None, final, {}, True, lambda: None, tmp_path / "metrics.jsonl")
+    assert sorted(p.name for p in final.parent.iterdir()) == []
 
 
 def test_rotation_counts_and_deletes_committed_checkpoints_only(tmp_path):

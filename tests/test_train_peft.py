@@ -314,3 +314,35 @@ def test_a_lora_checkpoint_at_max_steps_becomes_the_merged_final_model(lora_runs
                       tests_dir=lora_runs["tests"], run_dir=run, reward_funcs=[LowIdReward()]) == 0
     assert not _differences(lora_runs["full"][0] / "model", run / "model", "model.safetensors")
     assert not _differences(lora_runs["full"][0] / "adapter", run / "adapter", "adapter_model.safetensors")
+
+
+@pytest.mark.slow
+def test_a_lora_checkpoint_without_its_adapter_is_skipped_and_the_run_finishes_from_the_one_before(lora_runs, caplog):
+    """Probe F5: a committed checkpoint-4 whose adapter_model.safetensors is gone (marker written
+    before the file list existed, as the probe's) was taken as complete: FileNotFoundError from the
+    final-model path, adapter.tmp/ and model.tmp/ left behind. Now it is skipped with a warning naming
+    it, the run continues from checkpoint-3, writes checkpoint-4 again, and ends bitwise equal."""
+    import logging
+
+    from olmpipe.train.checkpoints import FILES_KEY, RUN_STATE_FILE
+    from olmpipe.train.run import train_seed
+
+    caplog.set_level(logging.INFO, logger="olmpipe")
+    run = lora_runs["root"] / "no-adapter"
+    shutil.copytree(lora_runs["full"][0], run)
+    shutil.rmtree(run / "model")
+    shutil.rmtree(run / "adapter")
+    marker = json.loads((run / "checkpoint-4" / RUN_STATE_FILE).read_text())
+    del marker[FILES_KEY]
+    (run / "checkpoint-4" / RUN_STATE_FILE).write_text(json.dumps(marker))
+    (run / "checkpoint-4" / "adapter_model.safetensors").unlink()
+    assert train_seed(lora_runs["cfg"], seed=0, model_path=lora_runs["model"], pages=lora_runs["pages"],
+                      tests_dir=lora_runs["tests"], run_dir=run, reward_funcs=[LowIdReward()]) == 0
+    assert (f"skipping checkpoint {run / 'checkpoint-4'}: no adapter_model.safetensors: the LoRA adapter a resume "
+            "loads is missing") in caplog.text
+    assert f"resuming from {run / 'checkpoint-3'} (step 3)" in caplog.text
+    assert not list(run.glob("*.tmp"))
+    assert (run / "checkpoint-4" / f"{RUN_STATE_FILE}.replaced").is_file()
+    assert FILES_KEY in json.loads((run / "checkpoint-4" / RUN_STATE_FILE).read_text())
+    assert not _differences(lora_runs["full"][0] / "model", run / "model", "model.safetensors")
+    assert not _differences(lora_runs["full"][0] / "adapter", run / "adapter", "adapter_model.safetensors")

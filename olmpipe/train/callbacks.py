@@ -148,7 +148,9 @@ class RunState(TrainerCallback):
     resumes only from committed checkpoints and compares their settings.
 
     ``save_total_limit`` is ``train.grpo.save_total_limit``; the trainer's own ``GRPOConfig`` gets
-    None, so that transformers does not rotate before the new checkpoint is committed.
+    None, so that transformers does not rotate before the new checkpoint is committed. A step whose
+    checkpoint folder exists already (skipped as incomplete at the resume, or left by a later run)
+    first takes its old marker away (:func:`olmpipe.train.checkpoints.uncommit`).
     """
 
     def __init__(self, seed: int, wandb_run_id: str | None, fingerprint: str | None = None,
@@ -158,6 +160,12 @@ class RunState(TrainerCallback):
         self.fingerprint = fingerprint
         self.settings = settings
         self.save_total_limit = save_total_limit
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        from olmpipe.train.checkpoints import uncommit
+
+        if state.is_world_process_zero:  # the save at the end of this step writes checkpoint-<step + 1>
+            uncommit(Path(args.output_dir) / f"checkpoint-{state.global_step + 1}")
 
     def on_save(self, args, state, control, **kwargs):
         from olmpipe.train.checkpoints import commit, rotate

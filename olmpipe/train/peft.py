@@ -332,8 +332,13 @@ def adapter_and_merged_writer(save_adapter: Callable[[Path], None], base_model: 
         if is_main:
             staging_dir(adapter_dir)
         barrier()
-        save_adapter(staging)
-        barrier()
+        try:
+            save_adapter(staging)
+            barrier()
+        except BaseException:
+            if is_main:  # no half-written adapter.tmp/ stays behind
+                shutil.rmtree(staging, ignore_errors=True)
+            raise
         if is_main:
             publish_dir(staging, adapter_dir)
             write_merged_model(base_model, adapter_dir, model_tmp)

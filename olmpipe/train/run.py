@@ -26,6 +26,7 @@ import contextlib
 import json
 import logging
 import os
+import shutil
 import uuid
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -146,12 +147,18 @@ def _write_final(save_weights: Callable[[Path], None], processor: Any, final_dir
     if is_main:
         staging_dir(final_dir)
     barrier()
-    save_weights(tmp)
+    try:
+        save_weights(tmp)
+        if is_main:
+            publish_expert_layout(tmp)  # Qwen3-VL-MoE experts in the layout vLLM reads (no-op when dense)
+            processor.save_pretrained(str(tmp))
+            write_json(tmp / TRAIN_INFO_NAME, info)
+            publish_dir(tmp, final_dir)
+    except BaseException:
+        if is_main:  # no half-written staging folder stays behind (a rerun makes a fresh one anyway)
+            shutil.rmtree(tmp, ignore_errors=True)
+        raise
     if is_main:
-        publish_expert_layout(tmp)  # Qwen3-VL-MoE experts in the layout vLLM reads (no-op when dense)
-        processor.save_pretrained(str(tmp))
-        write_json(tmp / TRAIN_INFO_NAME, info)
-        publish_dir(tmp, final_dir)
         atomic_write(final_metrics_path(final_dir), metrics.read_text(encoding="utf-8") if metrics.exists() else "")
     barrier()
 
