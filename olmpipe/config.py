@@ -176,9 +176,10 @@ def grpo_problems(config: Mapping[str, Any]) -> list[str]:
 
 def _model_problems(config: Mapping[str, Any]) -> list[str]:
     """``model.path`` of an unsupported architecture (:func:`olmpipe.architectures.model_problems`),
-    and vLLM context lengths too short for a page of the model's architecture
-    (:func:`olmpipe.plan.context_problems`), where the model's image processor is known: the
-    embedded model's architecture, a model folder (a hub id's download folder once it exists, or its
+    a model folder with a ``config.json`` that cannot be loaded (:func:`olmpipe.modelfolder.folder_problem`:
+    no weights, a missing shard, tokenizer, processor settings or chat template), and vLLM context
+    lengths too short for a page of the model's architecture (:func:`olmpipe.plan.context_problems`),
+    where the model's image processor is known: the embedded model's architecture, a model folder (a hub id's download folder once it exists, or its
     Hugging Face cache), or a hub id of :data:`olmpipe.plan.KNOWN_MODELS`."""
     from olmpipe.architectures import (
         ARCHITECTURES,
@@ -205,6 +206,11 @@ def _model_problems(config: Mapping[str, Any]) -> list[str]:
             target = model["path"]
         target = target if Path(target).exists() else model["path"]
         problems = model_problems(target)
+        if not problems and (Path(target) / "config.json").is_file():  # no config.json: layout.model_path_problem
+            from olmpipe.modelfolder import folder_problem
+
+            problem = folder_problem(target)
+            problems = [f"model.path: {problem}"] if problem else []
         if problems:
             return problems
         found = model_config(target)

@@ -20,6 +20,16 @@ cache layout: ``models--org--name/blobs/``, ``refs/<branch>`` holding a commit,
 across file systems) into a staging folder that is renamed to the model folder when complete, so
 jobs read real files, never links into a cache their node may not mount. ``olmpipe_model.json``
 beside them records the repository, the requested revision, the commit and the files.
+
+A snapshot is published only when it would load (:mod:`olmpipe.modelfolder`: weights, every shard
+an index names, the processor's settings, tokenizer and chat template): read offline from an
+interrupted download it may hold ``config.json`` and the tokenizer but no weights, and a folder
+published so would make every later job fail inside transformers while Snakemake, seeing the
+rule's output, never fetched it again. Such a snapshot is refused with what it lacks, the cache,
+``model.path``/``model.revision`` and the command to run with network. A published folder that
+lost files later is refused when the config is checked and before a job loads it, naming the
+command that restores them: run again, this module completes the folder in place from the same
+commit.
 """
 
 from __future__ import annotations
@@ -34,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from olmpipe.layout import HUB_MODEL_DIR
+from olmpipe.modelfolder import describe, download_command, missing_files
 from olmpipe.records.files import publish_dir, staging_dir, write_json
 from olmpipe.records.models import HUB_MODEL_INFO_NAME
 
@@ -81,52 +92,112 @@ def _link_or_copy(source: Path, target: Path) -> None:
         shutil.copy2(source, target)
 
 
-def _missing_files(folder: Path, files: dict[str, int]) -> list[str]:
-    """Files a loadable model folder must have but ``folder`` lacks: ``config.json`` and every weight
-    file its safetensors index names (a snapshot read from the cache offline may be partial)."""
+def _snapshot_files(snapshot: Path) -> tuple[dict[str, Path], list[str]]:
+    """The snapshot's files (path in the repository -> the blob it links to) and the paths whose
+    link points at no blob (a cache someone pruned by hand)."""
+    files: dict[str, Path] = {}
+    dangling: list[str] = []
+    for path in sorted(snapshot.rglob("*")):
+        rel = path.relative_to(snapshot)
+        if rel.parts[0] == ".cache" or rel.name == MANIFEST_NAME:
+            continue
+        try:
+            blob = path.resolve(strict=True)
+        except (FileNotFoundError, RuntimeError):  # a link to a missing blob (or a loop)
+            dangling.append(rel.as_posix())
+            continue
+        if not blob.is_dir():
+            files[rel.as_posix()] = blob
+    return files, dangling
+
+
+def _incomplete(repo_id: str, revision: str, commit: str, snapshot: Path, out_dir: Path, lacks: list[str]) -> str:
+    """Why a snapshot cannot be published, with the cache, model.path/model.revision and the fix."""
+    from huggingface_hub import constants
+
+    return (f"model.path {repo_id} at model.revision {revision!r} (commit {commit}): the snapshot {snapshot} in the "
+            f"Hugging Face cache {constants.HF_HUB_CACHE} lacks {describe(lacks)} (an interrupted download read "
+            f"from the cache offline?), so {out_dir} would not load; nothing was published there. Run the download "
+            "again on a machine with network (HF_HUB_OFFLINE unset): `snakemake download_model` or "
+            f"`{download_command(repo_id, revision, out_dir)}`; it fetches only the files the cache lacks")
+
+
+def _published(repo_id: str, revision: str, out_dir: Path) -> dict[str, Any] | None:
+    """The manifest of ``out_dir`` when it already holds this repository and revision, else None."""
     import json
 
-    missing = [] if "config.json" in files else ["config.json"]
-    for index in (name for name in files if name.endswith(".safetensors.index.json")):
-        weight_map = json.loads((folder / index).read_text(encoding="utf-8")).get("weight_map", {})
-        missing += sorted({f for f in weight_map.values() if f not in files})
-    return missing
+    try:
+        done = json.loads((out_dir / MANIFEST_NAME).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return done if isinstance(done, dict) and (done.get("repo_id"), done.get("revision")) == (repo_id, revision) else None
+
+
+def _lost(out_dir: Path, manifest: dict[str, Any]) -> list[str]:
+    """Files the manifest lists that ``out_dir`` no longer holds at their size."""
+    return [rel for rel, size in manifest.get("files", {}).items()
+            if not (out_dir / rel).is_file() or (out_dir / rel).stat().st_size != size]
+
+
+def _restore(repo_id: str, revision: str, out_dir: Path, manifest: dict[str, Any]) -> dict[str, Any]:
+    """Put back, in place, the files a published folder lost (or never had), from its commit's snapshot.
+
+    Files still there are left alone (and so is the rule's ``.snakemake_timestamp``): restoring
+    a deleted weight file reruns nothing that used the folder. Each file is linked under a
+    temporary name and renamed, so a reader never sees half a file.
+    """
+    commit = str(manifest.get("commit") or revision)
+    snapshot = _snapshot(repo_id, commit)
+    files, dangling = _snapshot_files(snapshot)
+    restored = 0
+    for rel, blob in files.items():
+        target = out_dir / rel
+        if target.is_file() and target.stat().st_size == blob.stat().st_size:
+            continue
+        tmp = target.with_name(f".{target.name}.restore")
+        tmp.unlink(missing_ok=True)
+        _link_or_copy(blob, tmp)
+        os.replace(tmp, target)
+        restored += 1
+    lacks = missing_files(out_dir) + [f"{rel} (its link in the cache points at no blob)" for rel in dangling
+                                      if not (out_dir / rel).is_file()]
+    if lacks:
+        raise ModelDownloadError(_incomplete(repo_id, revision, commit, snapshot, out_dir, lacks))
+    manifest = {**manifest, "files": {rel: blob.stat().st_size for rel, blob in files.items()}}
+    write_json(out_dir / MANIFEST_NAME, manifest)
+    logger.warning("%s at %s: restored %d file(s) %s had lost, from the snapshot of commit %s", repo_id,
+                   revision, restored, out_dir, commit)
+    return manifest
 
 
 def download(repo_id: str, revision: str, out_dir: str | Path) -> dict[str, Any]:
     """Fetch ``repo_id`` at ``revision`` and publish its files in ``out_dir``; returns the manifest.
 
-    Nothing is done when ``out_dir`` already holds this repository and revision (the rule runs once).
+    Nothing is done when ``out_dir`` already holds this repository and revision, complete (the rule
+    runs once); a folder that lost files since is completed in place from the same commit. A
+    snapshot that would not load (:func:`olmpipe.modelfolder.missing_files`: no weights, a missing
+    shard, no tokenizer, processor settings or chat template) is refused with
+    :class:`ModelDownloadError`, and nothing is published.
     """
     out_dir = Path(out_dir)
-    manifest_path = out_dir / MANIFEST_NAME
-    if manifest_path.exists():
-        import json
-
-        done = json.loads(manifest_path.read_text(encoding="utf-8"))
-        if (done.get("repo_id"), done.get("revision")) == (repo_id, revision):
+    done = _published(repo_id, revision, out_dir)
+    if done is not None:
+        if not _lost(out_dir, done) and not missing_files(out_dir):
             logger.info("%s at %s is already in %s (commit %s)", repo_id, revision, out_dir, done.get("commit"))
             return done
+        return _restore(repo_id, revision, out_dir, done)
     snapshot = _snapshot(repo_id, revision)
     commit = snapshot.name
-    files: dict[str, int] = {}
+    found, dangling = _snapshot_files(snapshot)
     tmp = staging_dir(out_dir)
-    for path in sorted(snapshot.rglob("*")):
-        if path.is_dir():
-            continue
-        rel = path.relative_to(snapshot)
-        if rel.parts[0] == ".cache" or rel.name == MANIFEST_NAME:
-            continue
-        blob = path.resolve(strict=True)
+    files: dict[str, int] = {}
+    for rel, blob in found.items():
         _link_or_copy(blob, tmp / rel)
-        files[rel.as_posix()] = blob.stat().st_size
-    missing = _missing_files(tmp, files)
-    if missing:
+        files[rel] = blob.stat().st_size
+    lacks = missing_files(tmp) + [f"{rel} (its link in the cache points at no blob)" for rel in dangling]
+    if lacks:
         shutil.rmtree(tmp, ignore_errors=True)
-        raise ModelDownloadError(
-            f"{repo_id} at {revision!r}: the snapshot {snapshot} lacks {', '.join(missing[:3])}"
-            f"{' ...' if len(missing) > 3 else ''} (an interrupted download read from the cache offline?); run "
-            "the download_model rule again with network to complete it")
+        raise ModelDownloadError(_incomplete(repo_id, revision, commit, snapshot, out_dir, lacks))
     manifest = {"repo_id": repo_id, "revision": revision, "commit": commit, "files": files}
     write_json(tmp / MANIFEST_NAME, manifest)
     publish_dir(tmp, out_dir)

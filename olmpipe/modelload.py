@@ -34,6 +34,7 @@ from olmpipe.architectures import (
     architecture_of,
     architecture_of_model,
 )
+from olmpipe.modelfolder import check_model_folder
 from olmpipe.records.models import TINY_SPEC_NAME
 
 logger = logging.getLogger(__name__)
@@ -157,11 +158,13 @@ def load_processor(path: str | Path, arch: Architecture | None = None):
     """Load the processor of a model folder or hub id.
 
     Tries the stock ``AutoProcessor`` first (real checkpoints on a machine with torchvision), then
-    the image-only processor of the folder's architecture, which needs no torchvision.
+    the image-only processor of the folder's architecture, which needs no torchvision. A folder
+    without the processor's files raises :class:`olmpipe.modelfolder.ModelFolderError` naming them.
     """
     from transformers import AutoProcessor, AutoTokenizer
     from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
+    check_model_folder(path, weights=False)
     arch = arch or model_architecture(path)
     path = str(path)
     if not (Path(path) / TINY_SPEC_NAME).exists():
@@ -186,12 +189,15 @@ def load_model_and_processor(path: str | Path, *, dtype: Any = None, device: Any
     The model class follows the folder's architecture (:func:`model_architecture`). ``dtype`` is a
     torch dtype or its name (``"bfloat16"``); default float32 on CPU, bfloat16 on GPU.
     ``quantization_config`` (a ``BitsAndBytesConfig``, QLoRA) loads the weights quantized straight
-    onto ``device`` (bitsandbytes models cannot be moved afterwards).
+    onto ``device`` (bitsandbytes models cannot be moved afterwards). A folder that cannot be loaded
+    (no weights, a missing shard, tokenizer or chat template) raises
+    :class:`olmpipe.modelfolder.ModelFolderError` naming the folder and what it lacks.
     """
     import torch
     import transformers
 
     arch = model_architecture(path)
+    check_model_folder(path)  # a folder without weights or tokenizer: one message, not transformers' OSError
     if device is None:
         device = "cuda" if torch.cuda.is_available() else "cpu"
     if dtype is None:

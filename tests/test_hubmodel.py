@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import urllib.error
@@ -22,11 +23,13 @@ from typing import ClassVar
 import pytest
 import yaml
 from benchdata import REPO, make_small_bench
-from support.hfcache import add_to_cache
+from support.hfcache import add_to_cache, shard_weights
 from support.localhttp import LocalHttpServer, QuietHandler
 
+from olmpipe.config import ConfigError, load_config
 from olmpipe.hubmodel import MANIFEST_NAME, OFFLINE_ENV
 from olmpipe.layout import ModelPathError, hub_model, hub_model_dir, model_dir, model_input
+from olmpipe.modelfolder import ModelFolderError
 
 REPO_ID = "test-org/tiny-vlm"
 HUB_VARS = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE", "HF_HUB_CACHE", "HF_HOME",
@@ -125,6 +128,116 @@ def test_a_partial_or_missing_snapshot_is_refused(tmp_path: Path, tiny_model_dir
     assert proc.returncode == 1 and "is not (completely) in the Hugging Face cache" in proc.stderr, proc.stderr
     assert not out.exists()
 
+
+
+def refused(proc: subprocess.CompletedProcess, cache: Path, revision: str, out: Path, lacks: str) -> None:
+    """The download failed saying what the snapshot lacks, where the cache is, which model.path and
+    model.revision, and how to fix it; nothing was published."""
+    err = proc.stderr
+    assert proc.returncode == 1, err
+    assert f"model.path {REPO_ID} at model.revision {revision!r}" in err and f"Hugging Face cache {cache}" in err, err
+    assert f"lacks {lacks}" in err, err
+    assert "nothing was published" in err and "on a machine with network (HF_HUB_OFFLINE unset)" in err, err
+    assert f"olmpipe download-model --repo {REPO_ID} --revision {revision} --out {out}" in err, err
+    assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("skip, lacks", [
+    (("model.safetensors",), ("the model weights (model.safetensors, or model.safetensors.index.json with every "
+                              "shard it names, or pytorch_model.bin)")),
+    (("tokenizer_config.json", "chat_template.jinja"),
+     "the tokenizer settings (tokenizer_config.json: special tokens, padding side) and a chat template"),
+    (("processor_config.json",), "the image processor settings (preprocessor_config.json, or processor_config.json"),
+])
+def test_a_snapshot_that_would_not_load_is_not_published(tmp_path: Path, tiny_model_dir: Path, skip, lacks) -> None:
+    """A snapshot read offline from an interrupted download (here: without its weights, its tokenizer
+    settings or its image processor) is refused: published, it would be a finished rule output that
+    Snakemake never fetches again and every job fails on."""
+    cache = tmp_path / "hub"
+    add_to_cache(cache, REPO_ID, tiny_model_dir, skip=skip)
+    out = tmp_path / "out"
+    refused(download(cache, "main", out), cache, "main", out, lacks)
+    assert not out.exists() and not (tmp_path / "out.tmp").exists()
+
+
+def test_a_sharded_snapshot_needs_every_shard_and_every_blob(tmp_path: Path, tiny_model_dir: Path) -> None:
+    sharded = tmp_path / "sharded"
+    shutil.copytree(tiny_model_dir, sharded)
+    files = shard_weights(sharded)
+    cache = tmp_path / "hub"
+    add_to_cache(cache, REPO_ID, sharded, skip=(files[1],))
+    out = tmp_path / "out"
+    refused(download(cache, "main", out), cache, "main", out, f"{files[1]} (named by model.safetensors.index.json)")
+    # every file there, but a blob pruned from the cache by hand: its link points nowhere
+    cache = tmp_path / "hub2"
+    commit = add_to_cache(cache, REPO_ID, sharded)
+    link = cache / f"models--{REPO_ID.replace('/', '--')}" / "snapshots" / commit / "generation_config.json"
+    link.resolve().unlink()
+    refused(download(cache, commit, out), cache, commit, out,
+            "generation_config.json (its link in the cache points at no blob)")
+    assert not out.exists()
+    (tmp_path / "hub3").mkdir()
+    commit = add_to_cache(tmp_path / "hub3", REPO_ID, sharded)
+    proc = download(tmp_path / "hub3", commit, out)
+    assert proc.returncode == 0, proc.stderr
+    assert {p.name for p in out.iterdir()} >= {*files, "model.safetensors.index.json"}
+
+
+def test_a_published_folder_that_lost_files_is_refused_then_restored_in_place(
+        tmp_path: Path, hub_cache: tuple[Path, str], tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The reading side: a download folder whose weights were deleted later stops the config check
+    (the Snakefile's and every job's) and the loader with one message naming the folder, model.path,
+    model.revision and the command; that command puts the lost file back in place, leaving the
+    rest of the folder (and the rule's timestamp) alone, so nothing that used the folder reruns."""
+    from olmpipe.modelload import load_model_and_processor
+
+    cache, commit = hub_cache
+    monkeypatch.chdir(tmp_path)
+    folder = hub_model_dir(REPO_ID, commit)
+    out = tmp_path / folder
+    assert download(cache, commit, out).returncode == 0
+    (out / ".snakemake_timestamp").write_text("")
+    before = {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in out.iterdir()}
+    (out / "model.safetensors").unlink()
+
+    with pytest.raises(ConfigError) as info:
+        load_config(overrides={"model": {"path": REPO_ID, "revision": commit}})
+    message = str(info.value)
+    assert f"model.path: {folder} lacks the model weights (model.safetensors" in message, message
+    assert f"the download of model.path {REPO_ID} at model.revision {commit}" in message, message
+    assert f"`olmpipe download-model --repo {REPO_ID} --revision {commit} --out {folder}`" in message, message
+    with pytest.raises(ModelFolderError, match=f"^{out} lacks the model weights"):
+        load_model_and_processor(out, device="cpu")
+
+    proc = download(cache, commit, out)
+    assert proc.returncode == 0, proc.stderr
+    assert "restored 1 file(s)" in proc.stderr, proc.stderr
+    assert (out / "model.safetensors").read_bytes() == (tiny_model_dir / "model.safetensors").read_bytes()
+    after = {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in out.iterdir()}
+    assert {k: v for k, v in after.items() if k not in ("model.safetensors", MANIFEST_NAME)} == {
+        k: v for k, v in before.items() if k not in ("model.safetensors", MANIFEST_NAME)}
+    assert load_config(overrides={"model": {"path": REPO_ID, "revision": commit}})["model"]["revision"] == commit
+
+
+def test_a_folder_published_without_weights_is_completed_once_the_cache_has_them(
+        tmp_path: Path, tiny_model_dir: Path) -> None:
+    """A folder an older olmpipe published from a partial snapshot (manifest, no weights): rerunning
+    the download offline with the cache still partial refuses and leaves the folder as it is; once
+    the cache holds the weights (a download with network), the same command completes it."""
+    cache = tmp_path / "hub"
+    commit = add_to_cache(cache, REPO_ID, tiny_model_dir, commit="c" * 40, skip=("model.safetensors",))
+    out = tmp_path / "out"
+    shutil.copytree(tiny_model_dir, out, ignore=shutil.ignore_patterns("model.safetensors"))
+    files = {p.name: p.stat().st_size for p in out.iterdir()}
+    (out / MANIFEST_NAME).write_text(json.dumps({"repo_id": REPO_ID, "revision": "main", "commit": commit,
+                                                 "files": files}))
+    refused(download(cache, "main", out), cache, "main", out, "the model weights")
+    assert sorted(p.name for p in out.iterdir()) == sorted([*files, MANIFEST_NAME])
+    add_to_cache(cache, REPO_ID, tiny_model_dir, commit=commit)  # the network run fetched the rest
+    proc = download(cache, "main", out)
+    assert proc.returncode == 0, proc.stderr
+    assert (out / "model.safetensors").read_bytes() == (tiny_model_dir / "model.safetensors").read_bytes()
+    assert "model.safetensors" in json.loads((out / MANIFEST_NAME).read_text())["files"]
 
 CONFIG = {
     "bench": {"dir": "bench", "split": {"eval_fraction": 0.34}},

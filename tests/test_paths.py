@@ -42,7 +42,10 @@ ALLOWED = {
     "pytorch_model.bin.index.json": "transformers' sharded .bin weights index (WEIGHTS_INDEX_NAME)",
     "*.safetensors": "the weight files of a Hugging Face model folder",
     "trainer_state.json": "transformers' checkpoint state file (TRAINER_STATE_NAME, transformers/trainer.py)",
-    ".safetensors.index.json": "the suffix of transformers' sharded weights index (any prefix)",
+    "tokenizer.json": "the tokenizers library's file a Qwen tokenizer loads from (olmpipe.modelfolder)",
+    "vocab.json": "a BPE tokenizer's vocabulary (transformers' Qwen2Tokenizer VOCAB_FILES_NAMES), olmpipe.modelfolder",
+    "merges.txt": "a BPE tokenizer's merges (transformers' Qwen2Tokenizer VOCAB_FILES_NAMES), olmpipe.modelfolder",
+    "chat_template.json": "transformers' legacy processor chat template file (LEGACY_PROCESSOR_CHAT_TEMPLATE_FILE)",
     "adapter_config.json": "PEFT's adapter config file (peft.utils.constants.CONFIG_NAME)",
     "adapter_model.safetensors": "PEFT's adapter weights (peft.utils.constants.SAFETENSORS_WEIGHTS_NAME)",
     # Package data, not results.
