@@ -29,10 +29,14 @@ def synth_config(**overrides):
     return load_config(overrides={"synth": overrides})["synth"]
 
 
+#: rasterize.longest_side of the embedded default (config/config.yaml): the raster the pages are read in.
+LONGEST_SIDE = load_config()["rasterize"]["longest_side"]
+
+
 def build(root: Path, html_dir: Path, **overrides) -> dict:
     cfg = synth_config(html_dir=str(html_dir), **overrides)
     collect_html(cfg, root / "html")
-    render_pages(root / "html", root / "render", cfg)
+    render_pages(root / "html", root / "render", cfg, longest_side=LONGEST_SIDE)
     return build_bench(root / "html", root / "render", root / "bench", root / "report.json", cfg)
 
 
@@ -81,7 +85,7 @@ def test_rotated_copies_carry_the_rotation_in_their_reference(embedded):
 def test_same_inputs_same_bench(embedded, tmp_path):
     root, _ = embedded
     cfg = synth_config(html_dir=str(REPO / "data/synth"), rotate_share=0.5)
-    render_pages(root / "html", tmp_path / "render", cfg)
+    render_pages(root / "html", tmp_path / "render", cfg, longest_side=LONGEST_SIDE)
     build_bench(root / "html", tmp_path / "render", tmp_path / "bench", tmp_path / "report.json", cfg)
     assert (tmp_path / "bench/synth.jsonl").read_bytes() == (root / "bench/synth.jsonl").read_bytes()
     assert sorted(p.name for p in (tmp_path / "bench/pdfs").iterdir()) == sorted(

@@ -30,10 +30,10 @@ def snakemake(workdir: Path, *args: str) -> subprocess.CompletedProcess:
     return proc
 
 
-def write_config(workdir: Path, enabled: bool, html_dir: Path = REPO / "data/synth") -> None:
+def write_config(workdir: Path, enabled: bool, html_dir: Path = REPO / "data/synth", longest_side: int = 48) -> None:
     (workdir / "config").mkdir(parents=True, exist_ok=True)
     (workdir / "config/config.yaml").write_text(
-        f"bench:\n  dir: {SAMPLE}\nrasterize:\n  longest_side: 48\nvalidate:\n  check_math: false\n"
+        f"bench:\n  dir: {SAMPLE}\nrasterize:\n  longest_side: {longest_side}\nvalidate:\n  check_math: false\n"
         f"synth:\n  enabled: {str(enabled).lower()}\n  html_dir: {html_dir}\n")
 
 
@@ -68,7 +68,9 @@ def test_dry_run_with_synth_enabled_plans_synth_then_training_and_evaluation(tmp
 def test_synth_target_then_validate_trains_on_synthetic_and_evaluates_on_real_pages(tmp_path):
     if not chromium_available():
         pytest.skip("headless Chromium not installed")
-    write_config(tmp_path, enabled=True)
+    # the synthetic pages are mined for the raster the model reads (olmpipe.synth.legible): at the
+    # embedded default's 1288 px, not at a toy size where no text is readable
+    write_config(tmp_path, enabled=True, longest_side=1288)
     snakemake(tmp_path, "validate")
     report = json.loads((tmp_path / "results/synth/report.json").read_text())
     assert report["pages"]["html"] == 5 and report["dropped"]["count"] == 0

@@ -35,7 +35,7 @@ import random
 import shutil
 from collections import Counter
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -69,11 +69,14 @@ class RenderEntry:
     words: int = 0
     hidden_words: int = 0
     hidden_sample: str = ""  # the first hidden words, for the report
+    unreadable: dict[str, int] = field(default_factory=dict)  # hidden words painted but unreadable, by reason
 
 
-def render_pages(html_dir: str | Path, out_dir: str | Path, synth: Mapping[str, Any], *,
+def render_pages(html_dir: str | Path, out_dir: str | Path, synth: Mapping[str, Any], *, longest_side: int,
                  renderer: HtmlRenderer | None = None) -> list[RenderEntry]:
-    """Print each ``ok`` page of ``html_dir`` to ``out_dir/pdfs/`` (see the module docstring)."""
+    """Print each ``ok`` page of ``html_dir`` to ``out_dir/pdfs/`` (see the module docstring);
+    ``longest_side`` is ``rasterize.longest_side``, the raster the model reads the pages in (text it
+    cannot read there is not mined: :mod:`olmpipe.synth.legible`)."""
     html_dir, out_dir = Path(html_dir), Path(out_dir)
     tmp = staging_dir(out_dir)
     (tmp / "pdfs").mkdir()
@@ -89,11 +92,13 @@ def render_pages(html_dir: str | Path, out_dir: str | Path, synth: Mapping[str, 
             entry = RenderEntry(page.name, f"{page.name}.pdf")
             try:
                 html = (html_dir / f"{page.name}.html").read_text(encoding="utf-8")
-                printed = renderer.render_page(html, width_pt=page.width_pt, height_pt=page.height_pt)
+                printed = renderer.render_page(html, width_pt=page.width_pt, height_pt=page.height_pt,
+                                               longest_side=longest_side)
                 (tmp / "pdfs" / entry.pdf).write_bytes(printed.pdf)
                 (tmp / VISIBLE_DIR / f"{page.name}.html").write_text(printed.visible_html, encoding="utf-8")
                 entry.words, entry.hidden_words = printed.words, len(printed.hidden_words)
                 entry.hidden_sample = " ".join(printed.hidden_words[:_HIDDEN_SAMPLE])
+                entry.unreadable = printed.unreadable
             except BrowserNotFoundError:
                 raise
             except (RenderRefused, BrowserError, OSError) as exc:
@@ -105,7 +110,8 @@ def render_pages(html_dir: str | Path, out_dir: str | Path, synth: Mapping[str, 
             if rng.random() < synth["rotate_share"]:
                 angle = rng.choice((90, 180, 270))
                 rotated = RenderEntry(page.name, f"{page.name}_rot{angle}.pdf", rotation=angle, words=entry.words,
-                                      hidden_words=entry.hidden_words, hidden_sample=entry.hidden_sample)
+                                      hidden_words=entry.hidden_words, hidden_sample=entry.hidden_sample,
+                                      unreadable=entry.unreadable)
                 rotate_pdf(tmp / "pdfs" / entry.pdf, tmp / "pdfs" / rotated.pdf, angle)
                 entries.append(rotated)
     finally:
@@ -119,6 +125,18 @@ def render_pages(html_dir: str | Path, out_dir: str | Path, synth: Mapping[str, 
 def _limits(synth: Mapping[str, Any]) -> MineLimits:
     t = synth["tests"]
     return MineLimits(present=t["present"], order=t["order"], table_cells=t["table_cells"], math=t["math"])
+
+
+def _no_test_reason(entry: RenderEntry) -> str:
+    """Why a page gave no test; when its print showed none of its words, say so and how many of them
+    were painted but unreadable in the page image (e.g. all "too small" at a small
+    ``rasterize.longest_side``)."""
+    if not entry.words or entry.hidden_words < entry.words:
+        return "no test survived the checks (is there text on the page?)"
+    unreadable = ", ".join(f"{n} {reason}" for reason, n in entry.unreadable.items())
+    return (f"no test survived the checks: the printed page shows none of its {entry.words} words"
+            + (f" ({unreadable} in the page image at rasterize.longest_side; olmpipe.synth.legible)"
+               if unreadable else ""))
 
 
 def _reason_key(reason: str) -> str:
@@ -159,8 +177,7 @@ def build_bench(html_dir: str | Path, render_dir: str | Path, out_dir: str | Pat
                 continue
             all_dropped += [{**d, "pdf": entry.pdf} for d in result.dropped]
             if not any(t["type"] != "baseline" for t in result.kept):
-                skipped.append({"name": entry.pdf, "stage": "synth_tests",
-                                "reason": "no test survived the checks (is there text on the page?)"})
+                skipped.append({"name": entry.pdf, "stage": "synth_tests", "reason": _no_test_reason(entry)})
                 continue
             shutil.copyfile(render_dir / "pdfs" / entry.pdf, tmp / "pdfs" / entry.pdf)
             (tmp / REFERENCE_DIR / candidate_name(entry.pdf, 1, 1)).write_text(result.reference + "\n",
@@ -182,7 +199,9 @@ def build_bench(html_dir: str | Path, render_dir: str | Path, out_dir: str | Pat
                     "tests": all_dropped},
         "skipped": skipped,
         # words in the HTML that the printed page does not show (olmpipe.synth.visible): never mined
-        "hidden_text": [{"pdf": r.pdf, "words": r.words, "hidden_words": r.hidden_words, "sample": r.hidden_sample}
+        # (of them "unreadable": painted but not readable in the page image, by reason; olmpipe.synth.legible)
+        "hidden_text": [{"pdf": r.pdf, "words": r.words, "hidden_words": r.hidden_words, "sample": r.hidden_sample,
+                         **({"unreadable": r.unreadable} if r.unreadable else {})}
                         for r in rendered if r.status == "ok" and r.hidden_words and not r.rotation],
     }
     if not all_kept:

@@ -34,8 +34,12 @@ class SynthStageError(RuntimeError):
     """A synth stage failed under Snakemake; the message names the stage, the reason and the log."""
 
 
-def run_stage(stage: str, log_path: str, synth: Mapping[str, Any], **paths: str) -> None:
+def run_stage(stage: str, log_path: str, synth: Mapping[str, Any], *, longest_side: int | None = None,
+              **paths: str) -> None:
     """Run one synth stage for a Snakemake rule's ``run:`` block, logging to ``log_path``.
+
+    ``longest_side`` (``rasterize.longest_side``, the render stage's) is the raster the model reads
+    the pages in: text it cannot read there is not mined (:mod:`olmpipe.synth.legible`).
 
     A failure raises :class:`SynthStageError` (an ``Exception``) with the reason, never
     ``SystemExit``. Snakemake runs a ``run:`` job in a nested ``snakemake --target-jobs ...
@@ -65,7 +69,9 @@ def run_stage(stage: str, log_path: str, synth: Mapping[str, Any], **paths: str)
         if stage == "html":
             collect_html(synth, paths["out"], journal_path=paths["journal"])
         elif stage == "render":
-            render_pages(paths["html"], paths["out"], synth)
+            if longest_side is None:
+                raise ValueError("synth_render needs longest_side (rasterize.longest_side)")
+            render_pages(paths["html"], paths["out"], synth, longest_side=longest_side)
         else:
             build_bench(paths["html"], paths["render"], paths["out"], paths["report"], synth)
     except (OSError, ValueError, RuntimeError, BrowserError) as exc:

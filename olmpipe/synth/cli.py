@@ -6,7 +6,8 @@
     olmpipe synth tests  --html results/synth/html --render results/synth/render \\
         --out results/synth/bench --report results/synth/report.json
 
-Settings come from the ``synth`` section of ``--config`` (default ``config/config.yaml``); see
+Settings come from the ``synth`` section of ``--config`` (default ``config/config.yaml``) and its
+``rasterize.longest_side`` (text the model cannot read at that resolution is not mined); see
 ``docs/synth.md``. Exit codes: 0 done, 1 the stage failed (the message says why), 2 bad config.
 """
 
@@ -51,21 +52,23 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(levelname)s %(name)s: %(message)s")
     try:
-        synth = load_config(args.config)["synth"]
+        cfg = load_config(args.config)
     except ConfigError as exc:
         log.error("%s", exc)
         return 2
+    # the pages are mined for the raster the model reads them in (text it cannot read there is not mined)
+    synth, longest_side = cfg["synth"], cfg["rasterize"]["longest_side"]
     try:
         if args.command == "html":
             collect_html(synth, args.out)
         elif args.command == "render":
-            render_pages(args.html, args.out, synth)
+            render_pages(args.html, args.out, synth, longest_side=longest_side)
         elif args.command == "tests":
             build_bench(args.html, args.render, args.out, args.report, synth)
         else:
             root = SynthLayout(args.out_root)
             collect_html(synth, root.html)
-            render_pages(root.html, root.render, synth)
+            render_pages(root.html, root.render, synth, longest_side=longest_side)
             build_bench(root.html, root.render, root.bench, root.report, synth)
     except (OSError, ValueError, RuntimeError, BrowserError) as exc:
         log.error("%s", exc)

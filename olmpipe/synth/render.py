@@ -153,6 +153,7 @@ class RenderedPage:
     visible_html: str | None = None  # the page as parsed, without the words the print does not show
     words: int = 0  # words measured on the page
     hidden_words: list[str] = field(default_factory=list)  # the words left out, in page order
+    unreadable: dict[str, int] = field(default_factory=dict)  # of those, painted but unreadable, by reason
 
 
 class RenderRefused(ValueError):
@@ -273,13 +274,15 @@ class HtmlRenderer:
         does not fit on one page, BrowserError when the browser fails or exceeds ``timeout_s``."""
         return self._print(html, width_pt, height_pt, visible=False).pdf
 
-    def render_page(self, html: str, *, width_pt: float, height_pt: float) -> RenderedPage:
+    def render_page(self, html: str, *, width_pt: float, height_pt: float, longest_side: int) -> RenderedPage:
         """:meth:`render`, plus what the printed page shows (:mod:`olmpipe.synth.visible`): the page's
-        HTML without the words it does not show, for the miner. Also raises RenderRefused when the
-        print is not laid out as the page was measured."""
-        return self._print(html, width_pt, height_pt, visible=True)
+        HTML without the words it does not show or that cannot be read when the page is rasterized
+        with ``longest_side`` pixels on its longest side (``rasterize.longest_side``), for the miner.
+        Also raises RenderRefused when the print is not laid out as the page was measured."""
+        return self._print(html, width_pt, height_pt, visible=True, longest_side=longest_side)
 
-    def _print(self, html: str, width_pt: float, height_pt: float, *, visible: bool) -> RenderedPage:
+    def _print(self, html: str, width_pt: float, height_pt: float, *, visible: bool,
+               longest_side: int = 0) -> RenderedPage:
         clean = sanitize(html)
         needs_math = any(next(find_delimited(clean, o, c), None) is not None for o, c in MATH_DELIMITERS)
         browser = self._get()
@@ -341,12 +344,12 @@ class HtmlRenderer:
             blank = base64.b64decode(browser.call("Page.printToPDF", print_params, session=session,
                                                   timeout=left())["data"])
             try:
-                seen = visible_words(measure, pdf, blank)
+                seen = visible_words(measure, pdf, blank, longest_side=longest_side)
             except LayoutMismatch as exc:
                 raise RenderRefused(f"the printed page is not laid out as measured: {exc}") from None
             hidden = {str(i): [list(span) for span in spans] for i, spans in seen.hidden.items()}
             page_html = self._evaluate(browser, session, f"({VISIBLE_HTML_JS})({json.dumps(hidden)})", left())
-            return RenderedPage(pdf, page_html, seen.words, seen.hidden_words)
+            return RenderedPage(pdf, page_html, seen.words, seen.hidden_words, dict(sorted(seen.illegible.items())))
         finally:
             if browser.alive:
                 try:

@@ -17,14 +17,18 @@ one, so :class:`olmpipe.synth.render.HtmlRenderer` asks the page itself, in the 
    formula counts as one word) with its layout boxes (``Range.getClientRects``) and whether it is
    hidden at its centre (``document.elementsFromPoint``): its own element must be hit there (not
    only its ancestors: clipped away), with nothing opaque above it (an element with an opaque
-   background or image, or a replaced element);
+   background or image, or a replaced element); and how its element draws it (``drawings``: the
+   transforms, letter spacing and filters above it; a transformed word is measured again with its
+   transforms off, for its layout size);
 4. :data:`HIDE_TEXT_JS`, then a second print: the same page with every glyph transparent;
 5. :func:`visible_words`: both PDFs are rasterized; a word is visible when its box lies on the page,
-   is at least :data:`MIN_TEXT_PX` tall, is not covered, and at least :data:`MIN_INK_PIXELS` pixels
-   inside it differ between the two rasters by more than :data:`INK_LEVEL` (its glyphs changed what
-   the page shows: this covers every way of painting text invisibly, since the only difference
-   between the prints is the text itself), and, for plain text, when the PDF's text layer has the
-   word's characters at that place (the print laid the page out as measured);
+   is not covered, at least :data:`MIN_INK_PIXELS` pixels inside it differ between the two rasters
+   by more than :data:`INK_LEVEL` (its glyphs changed what the page shows: this covers every way of
+   painting text invisibly, since the only difference between the prints is the text itself), it
+   can be read in the raster the model trains on (:mod:`olmpipe.synth.legible`: its size, advance per
+   character, overlap, skew and blur at ``rasterize.longest_side``), and, for plain text outside a
+   CSS filter (which Chromium prints as an image), when the PDF's text layer has the word's
+   characters at that place (the print laid the page out as measured);
 6. :data:`VISIBLE_HTML_JS`: the copy of step 1 with every hidden word and every comment removed.
    The miner reads that HTML, so neither tests nor the reference answer name hidden text.
 
@@ -37,10 +41,12 @@ from __future__ import annotations
 
 import unicodedata
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pypdfium2 as pdfium
+
+from olmpipe.synth.legible import Drawing, advance_chars, illegible, illegible_formula, local_extent
 
 #: Raster resolution of the comparison, in pixels per CSS pixel, and the most pixels one raster may
 #: have (a 200 x 200 inch page is compared at a lower resolution instead of taking gigabytes).
@@ -50,8 +56,6 @@ MAX_RASTER_PIXELS = 16_000_000
 INK_LEVEL = 40
 #: A word is visible when at least this many of its pixels show ink.
 MIN_INK_PIXELS = 3
-#: Text boxes lower than this (CSS px, about a 3 pt font) are too small to read on the page image.
-MIN_TEXT_PX = 4.0
 #: A painted word is where it was measured when this share of its characters is printed there.
 MIN_CHARS_FOUND = 0.5
 #: More than this share of the painted words missing from the PDF's text layer at their place means
@@ -123,6 +127,64 @@ MEASURE_JS = r"""
   };
   const boxes = (list) => Array.from(list).filter(r => r.width > 0 && r.height > 0);
   const largest = (rects) => rects.reduce((a, r) => (r.width * r.height > a.width * a.height ? r : a));
+  // How an element draws its text (one entry of ``drawings``, shared by the words of an owner):
+  // [a, b, c, d] the linear part of every CSS transform on it and its ancestors (x' = a x + c y,
+  // y' = b x + d y, page px per layout px; the individual rotate and scale properties included), its
+  // letter spacing (layout px), the standard deviation of every filter blur above it (page px),
+  // whether a filter draws it (Chromium prints filtered content as an image, so it is not in the
+  // PDF's text layer) and whether its lines run vertically.
+  const mul = (p, q) => [p[0] * q[0] + p[2] * q[1], p[1] * q[0] + p[3] * q[1],
+                         p[0] * q[2] + p[2] * q[3], p[1] * q[2] + p[3] * q[3]];
+  const num = (t) => parseFloat(t) / (t.endsWith('%') ? 100 : 1);
+  const linear = (el) => {
+    const s = cs(el), parts = [];
+    if (s.rotate && s.rotate !== 'none') {
+      const t = s.rotate.trim().split(/\s+/);
+      parts.push(t.length === 1 ? `rotate(${t[0]})` : t.length === 2 ? `rotate${t[0].toUpperCase()}(${t[1]})`
+                 : `rotate3d(${t.slice(0, 3).join(',')},${t[3]})`);
+    }
+    if (s.scale && s.scale !== 'none') {
+      const t = s.scale.trim().split(/\s+/).map(num);
+      parts.push(`scale3d(${t[0]},${t.length > 1 ? t[1] : t[0]},${t.length > 2 ? t[2] : 1})`);
+    }
+    if (s.transform && s.transform !== 'none') parts.push(s.transform);
+    if (!parts.length) return null;
+    try {
+      const m = new DOMMatrix(parts.join(' '));  // translate, rotate, scale, then transform (CSS Transforms 2)
+      return [m.a, m.b, m.c, m.d];
+    } catch (e) {
+      return null;
+    }
+  };
+  const drawings = [], drawn = new Map();
+  const drawing = (owner) => {
+    let d = drawn.get(owner);
+    if (d) return d;
+    const chain = [];
+    for (let e = owner; e; e = e.parentElement) chain.push(e);
+    let m = [1, 0, 0, 1], blur2 = 0, filtered = 0;
+    const transformed = [];
+    for (let i = chain.length - 1; i >= 0; i--) {  // from the root down: m maps chain[i]'s space to the page
+      const own = linear(chain[i]);
+      if (own) { m = mul(m, own); transformed.push(chain[i]); }
+      const f = cs(chain[i]).filter;
+      if (f && f !== 'none') {  // a filter works in its element's space, before that space is transformed
+        filtered = 1;
+        const k = Math.sqrt(Math.abs(m[0] * m[3] - m[1] * m[2]));
+        for (const b of f.matchAll(/blur\(\s*([\d.]+)px\s*\)/g)) blur2 += (parseFloat(b[1]) * k) ** 2;
+      }
+    }
+    const s = cs(owner);
+    const spacing = s.letterSpacing === 'normal' ? 0 : (parseFloat(s.letterSpacing) || 0);
+    const vertical = /^(vertical|sideways)/.test(s.writingMode) ? 1 : 0;
+    d = {key: drawings.length, transformed, vertical};
+    drawings.push([...m, spacing, Math.sqrt(blur2), filtered, vertical]);
+    drawn.set(owner, d);
+    return d;
+  };
+  // Words whose text is transformed are measured again with the transforms off (their layout size:
+  // transforms do not change layout), for the advance and height the transform then scales.
+  const untransform = [];
   const words = [];
   const range = document.createRange();
   const measureText = (index, node, base) => {
@@ -134,15 +196,17 @@ MEASURE_JS = r"""
       range.setEnd(node, m.index + m[0].length);
       const rects = owner ? boxes(range.getClientRects()) : [];
       const hidden = !rects.length || covered(owner, largest(rects), false);
+      const d = owner ? drawing(owner) : null;
+      if (rects.length && d && d.transformed.length) untransform.push([words.length, node, m.index, m[0].length, d]);
       words.push([index, base + m.index, base + m.index + m[0].length, m[0], 0, hidden ? 1 : 0,
-                  rects.map(r => [r.left, r.top, r.width, r.height])]);
+                  rects.map(r => [r.left, r.top, r.width, r.height]), d ? d.key : -1, null]);
     }
   };
   olm.nodes.forEach((node, index) => {
     const pieces = olm.pieces.get(index);
     if (!pieces) {
       if (node.isConnected) measureText(index, node, 0);
-      else words.push([index, 0, node.nodeValue.length, node.nodeValue, 0, 1, []]);
+      else words.push([index, 0, node.nodeValue.length, node.nodeValue, 0, 1, [], -1, null]);
       return;
     }
     for (const [start, end, piece, math] of pieces) {
@@ -150,10 +214,32 @@ MEASURE_JS = r"""
       const visual = piece.querySelector('.katex-html') || piece;
       const rects = boxes(visual.getClientRects());
       const hidden = !rects.length || covered(piece, largest(rects), true);
-      words.push([index, start, end, '', 1, hidden ? 1 : 0, rects.map(r => [r.left, r.top, r.width, r.height])]);
+      words.push([index, start, end, '', 1, hidden ? 1 : 0, rects.map(r => [r.left, r.top, r.width, r.height]),
+                  drawing(piece).key, null]);
     }
   });
-  return {width: W, height: H, scrollWidth: document.documentElement.scrollWidth, words};
+  if (untransform.length) {
+    const saved = [], off = new Set(untransform.flatMap(u => u[4].transformed));
+    for (const el of off) {
+      for (const prop of ['transform', 'rotate', 'scale']) {
+        saved.push([el, prop, el.style.getPropertyValue(prop), el.style.getPropertyPriority(prop)]);
+        el.style.setProperty(prop, 'none', 'important');
+      }
+    }
+    const r = document.createRange();
+    for (const [k, node, start, length, d] of untransform) {
+      r.setStart(node, start);
+      r.setEnd(node, start + length);
+      const rects = boxes(r.getClientRects());
+      const along = rects.reduce((a, b) => a + (d.vertical ? b.height : b.width), 0);
+      const across = rects.reduce((a, b) => Math.max(a, d.vertical ? b.width : b.height), 0);
+      words[k][8] = [along, across];
+    }
+    for (const [el, prop, value, priority] of saved) {
+      if (value) el.style.setProperty(prop, value, priority); else el.style.removeProperty(prop);
+    }
+  }
+  return {width: W, height: H, scrollWidth: document.documentElement.scrollWidth, words, drawings};
 })()
 """
 
@@ -206,6 +292,7 @@ class Visibility:
     words: int = 0  # words measured
     hidden: dict[int, list[tuple[int, int]]] = field(default_factory=dict)  # text node -> [start, end)
     hidden_words: list[str] = field(default_factory=list)  # their text (formulas: "<math>")
+    illegible: Counter = field(default_factory=Counter)  # painted but unreadable words by reason (legible.py)
 
 
 def _raster(pdf: bytes, width_px: int, height_px: int, scale_css: float) -> np.ndarray:
@@ -265,12 +352,14 @@ def print_shrink(measure: dict) -> float:
     return min(MAX_PRINT_SHRINK, max(1.0, measure["scrollWidth"] / measure["width"]))
 
 
-def visible_words(measure: dict, printed: bytes, blank: bytes) -> Visibility:
+def visible_words(measure: dict, printed: bytes, blank: bytes, *, longest_side: int) -> Visibility:
     """Decide which measured words the printed page shows (see the module docstring).
 
     ``measure`` is :data:`MEASURE_JS`'s answer, ``printed`` the page's PDF and ``blank`` the PDF
-    printed after :data:`HIDE_TEXT_JS`. Raises :class:`LayoutMismatch` when more than
-    :data:`MAX_UNMATCHED` of the painted words are not in the text layer where they were measured.
+    printed after :data:`HIDE_TEXT_JS`; ``longest_side`` is the training raster's longest side in
+    pixels (``rasterize.longest_side``), which the legibility bounds are in. Raises
+    :class:`LayoutMismatch` when more than :data:`MAX_UNMATCHED` of the painted words are not in
+    the text layer where they were measured.
     """
     shrink = measure.get("shrink", 1.0)  # the page was measured laid out this much larger than the paper
     width, height = round(measure["width"] / shrink), round(measure["height"] / shrink)
@@ -302,23 +391,66 @@ def visible_words(measure: dict, printed: bytes, blank: bytes) -> Visibility:
             found += [ch for _, _, ch in sorted(inside)]
         return "".join(found)
 
+    image_scale = longest_side / max(width, height)  # training-raster pixels per CSS px of the paper
+    drawings = [Drawing.from_row(row) for row in measure.get("drawings", [])]
+    plain = Drawing()
+
+    def layout(word) -> tuple[Drawing, float, float]:
+        """The word's drawing and its (length, height) in layout px before transforms."""
+        drawing = drawings[word[7]] if 0 <= word[7] < len(drawings) else plain
+        if word[8] is not None and min(word[8]) > 0:
+            return drawing, word[8][0], word[8][1]
+        if drawing.transformed:  # not measured untransformed: judge the boxes as drawn
+            drawing = replace(drawing, a=1.0, b=0.0, c=0.0, d=1.0)
+        return (drawing, *local_extent(word[6], drawing.vertical))
+
+    # Each text node's characters share one font, spacing and transform: their mean advance decides
+    # (a word of narrow letters in a readable run stays readable).
+    runs: dict[tuple[int, int], list[float]] = {}
+    for word in measure["words"]:
+        if not word[4] and word[6]:
+            _, length, _ = layout(word)
+            run = runs.setdefault((word[0], word[7]), [0.0, 0])
+            run[0] += length
+            run[1] += advance_chars(word[3])
+
     out = Visibility(words=len(measure["words"]))
-    painted = unmatched = 0
-    for index, start, end, text, math, covered, rects in measure["words"]:
+    painted = 0
+    unmatched: list[str] = []
+    for word in measure["words"]:
+        index, start, end, text, math, covered, rects = word[:7]
         rects = [[v / shrink for v in r] for r in rects]
         on_page = [r for r in rects if 0 <= r[0] + r[2] / 2 < width and 0 <= r[1] + r[3] / 2 < height]
-        shown = (not covered and bool(on_page) and max(r[3] for r in on_page) >= MIN_TEXT_PX
-                 and sum(inked(r) for r in on_page) >= MIN_INK_PIXELS)
-        if shown and not math:
+        shown = not covered and bool(on_page) and sum(inked(r) for r in on_page) >= MIN_INK_PIXELS
+        drawing = plain
+        if shown:
+            if math:  # a formula: its boxes as printed, no advance per character
+                drawing = drawings[word[7]] if 0 <= word[7] < len(drawings) else plain
+                reason = illegible_formula(drawing, max(r[3] for r in on_page), image_scale=image_scale,
+                                           shrink=shrink)
+            else:
+                drawing, _, across = layout(word)
+                length, count = runs.get((index, word[7]), (0.0, 0))
+                reason = illegible(drawing, across, length / count if count else 0.0, image_scale=image_scale,
+                                   shrink=shrink)
+            if reason:
+                shown = False
+                out.illegible[reason] += 1
+        if shown and not math and not drawing.filtered:  # a filter prints its text as an image, no text layer
             painted += 1
             if not _in_text_layer(text, printed_text(on_page)):
-                unmatched += 1
+                unmatched.append(text)
                 shown = False
         if not shown:
             out.hidden.setdefault(index, []).append((start, end))
             out.hidden_words.append(text if not math else "<math>")
-    if painted and unmatched > max(2, MAX_UNMATCHED * painted):
-        raise LayoutMismatch(f"{unmatched} of {painted} painted words are not where they were measured "
-                             f"(the content is {measure['scrollWidth']} px wide, laid out for a "
-                             f"{measure['width']} px page)")
+    if painted and len(unmatched) > max(2, MAX_UNMATCHED * painted):
+        if measure["scrollWidth"] > measure["width"]:
+            where = f"the content is {measure['scrollWidth']} px wide, laid out for a {measure['width']} px page"
+        elif shrink > 1:
+            where = f"the page was measured laid out {shrink:.2f} times wider than the paper, as the print shrinks it"
+        else:
+            where = "the content fits the paper's width, so the print did not shrink it"
+        raise LayoutMismatch(f"{len(unmatched)} of {painted} painted words are not in the PDF's text layer where "
+                             f"they were measured ({where}); e.g. {', '.join(repr(w) for w in unmatched[:3])}")
     return out

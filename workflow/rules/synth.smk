@@ -45,9 +45,18 @@ rule synth_render:
         runtime=120,
     params:
         synth={k: SYNTH[k] for k in ("seed", "rotate_share", "render_timeout_s")},
+        # text the model cannot read in the raster it trains on is not mined (olmpipe/synth/legible.py)
+        longest_side=config["rasterize"]["longest_side"],
         code=rule_code_version("synth_render"),
     run:
-        run_stage("render", log[0], params.synth, html=input.html, out=output.render)
+        run_stage(
+            "render",
+            log[0],
+            params.synth,
+            longest_side=params.longest_side,
+            html=input.html,
+            out=output.render,
+        )
 
 
 checkpoint synth_tests:
