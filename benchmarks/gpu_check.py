@@ -252,9 +252,9 @@ def check_memory(device: str) -> list[dict[str, Any]]:
 def _probe(device: str, checkpointing: bool) -> list[dict[str, Any]]:
     """Row ``memory 7B (...)``: measured peak of one probe step against the plan's terms."""
     import torch
-    from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
-    from trl.trainer.utils import selective_log_softmax
+    from transformers import AutoModelForImageTextToText, Qwen2_5_VLConfig
 
+    from olmpipe.compat.trl import selective_log_softmax
     from olmpipe.config import load_config
     from olmpipe.plan import GIB, PROMPT_TEXT_TOKENS, memory_plan, shape_from_config
 
@@ -279,8 +279,8 @@ def _probe(device: str, checkpointing: bool) -> list[dict[str, Any]]:
         torch.cuda.reset_peak_memory_stats()
     torch.manual_seed(0)
     with torch.device(device):
-        policy = Qwen2_5_VLForConditionalGeneration._from_config(config, dtype=torch.bfloat16)
-        reference = Qwen2_5_VLForConditionalGeneration._from_config(config, dtype=torch.bfloat16)
+        policy = AutoModelForImageTextToText.from_config(config, dtype=torch.bfloat16)
+        reference = AutoModelForImageTextToText.from_config(config, dtype=torch.bfloat16)
     reference.eval().requires_grad_(False)
     policy.train()
     if checkpointing:

@@ -69,10 +69,11 @@ RULE_CODE: Mapping[str, tuple[str, ...]] = MappingProxyType({
         "olmpipe.benchdirs",
         "olmpipe.records",
     ),
-    # train_seed: the trainer, the rewards and the prompt. The unit-test engine (olmpipe.bench) is
-    # left out on purpose, as validate leaves out the scorer: a refactor there must not throw away
-    # days of GPU training; after a change of test semantics retrain with `snakemake -R train_seed`.
-    "train_seed": ("olmpipe.train", "olmpipe.rewards", "olmpipe.prompts", "olmpipe.records"),
+    # train_seed: the trainer (with its seams into TRL/transformers/vLLM, olmpipe.compat), the rewards
+    # and the prompt. The unit-test engine (olmpipe.bench) is left out on purpose, as validate leaves
+    # out the scorer: a refactor there must not throw away days of GPU training; after a change of
+    # test semantics retrain with `snakemake -R train_seed`.
+    "train_seed": ("olmpipe.train", "olmpipe.compat", "olmpipe.rewards", "olmpipe.prompts", "olmpipe.records"),
     # The difficulty stage samples through the generation engine and scores with the trainer's
     # rewards and dataset columns; like train_seed it leaves the unit-test engine out (a scorer
     # refactor must not resample), so after a change of test semantics use -R difficulty_sample.

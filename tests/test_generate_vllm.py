@@ -372,8 +372,7 @@ def top5(pairs):
 def main(tiny, fixed):
     os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1",
                       MASTER_PORT=sys.argv[3])
-    from olmpipe.generate.vllm_backend import (keep_cpu_expert_weights, keep_cpu_linear_weights,
-                                               refresh_after_weight_sync)
+    from olmpipe.compat.vllm import drop_stale_caches, keep_cpu_expert_weights, keep_cpu_linear_weights
     if fixed:
         keep_cpu_linear_weights()
         keep_cpu_expert_weights()
@@ -415,7 +414,7 @@ def main(tiny, fixed):
         except (AttributeError, AssertionError, RuntimeError) as exc:
             failed.append(f"{name}: {exc}")
     if fixed:
-        refresh_after_weight_sync(llm)
+        drop_stale_caches(llm)
     else:
         llm.reset_prefix_cache()  # all TRL 1.16 does
     result.update(after=[engine(), reference()], failed=failed)

@@ -271,21 +271,21 @@ def test_metrics_files_and_truncation(tmp_path):
     assert len((tmp_path / "metrics.csv").read_text().splitlines()) == 3
 
 
-def test_completions_table_rows(tmp_path):
+def test_completions_table_rows():
+    """Rows from a batch as TRL records it (the record of a real step: tests/test_compat.py)."""
+    from olmpipe.compat.trl import GenerationBatch
+
     verdicts = json.dumps([{"id": "t1", "type": "present", "passed": False, "reason": "not found"}])
-    record = {
-        "completion": [[{"role": "assistant", "content": "hello"}], "bye"],
-        "rewards": {"bench_reward": [0.0, 1.0]},
-        "advantages": [-0.7, 0.7],
-        "extra": {"bench_verdicts": [verdicts, None], "page_id": ["a.pdf#1", "a.pdf#1"]},
-    }
-    trainer = SimpleNamespace(_logs=record)
-    CompletionsTable(trainer, tmp_path, every=2).on_log(None, _state(2), None, logs={"loss": 0.0})
-    rows = [json.loads(x) for x in (tmp_path / "completions" / "step000002.jsonl").read_text().splitlines()]
+    batch = GenerationBatch(
+        completions=[[{"role": "assistant", "content": "hello"}], "bye"],
+        rewards={"bench_reward": [0.0, 1.0]},
+        advantages=[-0.7, 0.7],
+        extra={"bench_verdicts": [verdicts, None], "page_id": ["a.pdf#1", "a.pdf#1"]},
+    )
+    rows = CompletionsTable.rows(2, batch)
     assert rows[0]["completion"] == "hello" and rows[0]["verdicts"][0]["reason"] == "not found"
     assert rows[1]["rewards"] == {"bench_reward": 1.0} and rows[0]["page"] == "a.pdf#1"
-    CompletionsTable(trainer, tmp_path, every=2).on_log(None, _state(3), None, logs={"loss": 0.0})
-    assert not (tmp_path / "completions" / "step000003.jsonl").exists()
+    assert rows[1]["verdicts"] is None and [r["step"] for r in rows] == [2, 2]
 
 
 def _fake_checkpoint(run_dir, step, settings):
@@ -371,22 +371,6 @@ def test_seed_config_and_fingerprint():
     assert fingerprint(cfg, 1, "m") != base and fingerprint(cfg, 4, "other") != base
     # the knobs the job computed once are the ones the settings record
     assert run_settings(cfg, 4, "m", knobs=grpo_knobs(cfg["train"], 4)) == run_settings(cfg, 4, "m")
-
-
-def test_colocated_vllm_engine_drops_stale_caches_after_every_weight_sync():
-    """TRL 1.16 resets only the prefix cache after a sync; the trainer also drops vLLM's encoder
-    cache, so a page image seen before the sync is not answered with old vision embeddings."""
-    from olmpipe.train.trainer import ResumableGRPOTrainer
-
-    calls = []
-    engine = SimpleNamespace(reset_prefix_cache=lambda: calls.append("prefix"),
-                             llm_engine=SimpleNamespace(reset_encoder_cache=lambda: calls.append("encoder")))
-    generation = SimpleNamespace(llm=engine, sync_weights=lambda: calls.append("sync"))
-    trainer = SimpleNamespace(vllm_generation=generation)
-    ResumableGRPOTrainer._refresh_after_sync(trainer)
-    generation.sync_weights()
-    generation.sync_weights()
-    assert calls == ["sync", "prefix", "encoder"] * 2
 
 
 def test_renamed_checkpointing_knob_reaches_older_transformers():

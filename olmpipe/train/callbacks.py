@@ -5,8 +5,8 @@
   (:func:`olmpipe.records.metrics.truncate_metrics`), so the file continues without duplicates.
 - :class:`CompletionsTable` writes ``completions/step{N:06d}.jsonl`` every ``completions_every``
   steps: page, completion, each reward, the advantage and each test's verdict and reason. It reads
-  the trainer's record of the latest generation batch (TRL 1.16's ``GRPOTrainer._logs``) instead of
-  TRL's ``log_completions``, whose wandb table crashes on multimodal prompts.
+  the trainer's record of the latest generation batch (:func:`olmpipe.compat.trl.latest_generation_batch`)
+  instead of TRL's ``log_completions``, whose wandb table crashes on multimodal prompts.
 - :class:`StopOnSignal` turns SIGTERM (what SLURM sends before preemption or the time limit) into
   "save a checkpoint after this step and stop"; the run then exits with :data:`EXIT_PREEMPTED`.
 - :class:`RunState` writes ``olmpipe_run.json`` (seed, step, wandb run id, run fingerprint) into
@@ -69,29 +69,42 @@ class MetricsFiles(TrainerCallback):
 
 
 class CompletionsTable(TrainerCallback):
-    """The latest generation batch, one JSON line per completion, every ``every`` steps."""
+    """The latest generation batch, one JSON line per completion, every ``every`` steps.
+
+    Read with :func:`olmpipe.compat.trl.latest_generation_batch`; if TRL's record is not what that
+    seam expects, the table is switched off with a warning (training goes on).
+    """
 
     def __init__(self, trainer: Any, run_dir: str | Path, every: int):
         self.trainer = trainer
         self.run_dir = Path(run_dir)
         self.every = max(1, int(every))
+        self.off = False
 
     def on_log(self, args, state, control, logs=None, **kwargs):
-        if not state.is_world_process_zero or state.global_step % self.every or (logs and "train_runtime" in logs):
+        if (self.off or not state.is_world_process_zero or state.global_step % self.every
+                or (logs and "train_runtime" in logs)):
             return
-        record = getattr(self.trainer, "_logs", None)
-        if not record or not record.get("completion"):
+        from olmpipe.compat.trl import latest_generation_batch
+        from olmpipe.compat.versions import UpstreamChangedError
+
+        try:
+            batch = latest_generation_batch(self.trainer)
+        except UpstreamChangedError as exc:
+            logger.warning("completions table switched off: %s", exc)
+            self.off = True
             return
-        write_completions(self.run_dir, state.global_step, self.rows(state.global_step, record))
+        if batch is None:
+            return
+        write_completions(self.run_dir, state.global_step, self.rows(state.global_step, batch))
 
     @staticmethod
-    def rows(step: int, record: dict[str, Any]) -> list[dict[str, Any]]:
-        """Rows of the completions table from TRL's record of the latest batch."""
+    def rows(step: int, batch: Any) -> list[dict[str, Any]]:
+        """Rows of the completions table from TRL's record of the latest batch
+        (a :class:`~olmpipe.compat.trl.GenerationBatch`)."""
 
-        completions = list(record["completion"])
-        rewards = {name: list(values) for name, values in record["rewards"].items()}
-        advantages = list(record["advantages"])
-        extra = {name: list(values) for name, values in record["extra"].items()}
+        completions = batch.completions
+        rewards, advantages, extra = batch.rewards, batch.advantages, batch.extra
         rows = []
         for i, completion in enumerate(completions):
             verdicts = extra.get("bench_verdicts", [None] * len(completions))[i]

@@ -7,10 +7,11 @@
 Snakemake's ``train_seed`` rule runs this command (behind ``train.launcher``, e.g. ``accelerate
 launch`` on several GPUs) with the job's config sections as ``--config-json``. Exit codes: 0
 finished, 75 stopped by SIGTERM after a checkpoint (resume by running it again), 2 bad arguments
-or config, or a package the job needs missing here (:mod:`olmpipe.train.packages`), 3 a reward
-failed on every completion for ``train.reward_error_steps`` steps, 4 a non-finite loss, gradient or
-weight (both: no final model, :mod:`olmpipe.train.health`), 1 any other error (a full disk says so,
-and names the checkpoint a rerun continues from).
+or config, or a package the job needs missing here (:mod:`olmpipe.train.packages`) or outside the
+releases olmpipe was checked against (:mod:`olmpipe.compat.versions`), 3 a reward failed on every
+completion for ``train.reward_error_steps`` steps, 4 a non-finite loss, gradient or weight (both: no
+final model, :mod:`olmpipe.train.health`), 1 any other error (a full disk says so, and names the
+checkpoint a rerun continues from).
 """
 
 from __future__ import annotations
@@ -73,12 +74,15 @@ def _main(argv: list[str] | None, flag: Any) -> int:
         cfg["resources"]["train"]["cpus_per_task"] = args.threads
     if args.seed not in cfg["train"]["seeds"]:
         logging.getLogger(__name__).warning("seed %d is not listed in train.seeds %s", args.seed, cfg["train"]["seeds"])
+    from olmpipe.compat.versions import TRAINING, UntestedVersionError, require
     from olmpipe.train.packages import MissingPackageError, check, config_needs, nvidia_gpus
 
     try:
         # before TRL, accelerate or DeepSpeed are imported: stop with what is missing and how to get it
         check(config_needs(cfg, processes=int(os.environ.get("WORLD_SIZE", "1")), node_gpus=nvidia_gpus()))
-    except MissingPackageError as exc:
+        # the releases olmpipe's seams into TRL/transformers/accelerate (and PEFT) were checked against
+        require(*TRAINING, *(["peft"] if cfg["train"]["peft"]["enabled"] else []))
+    except (MissingPackageError, UntestedVersionError) as exc:
         sys.stderr.write(f"olmpipe train: {exc}\n")
         return 2
     from olmpipe.train.health import TrainingStopped

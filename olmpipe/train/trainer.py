@@ -20,9 +20,12 @@ The data order is the second half of an exact resume. TRL's ``RepeatSampler`` (`
 draws each epoch's permutation from one generator seeded once at construction, so epoch ``e`` of a
 run gets the generator's ``e``-th draw -- but a resumed run builds a fresh sampler whose *first*
 draw serves the epoch it resumes in, and trains on another page order than the run it continues.
-:class:`EpochSeededRepeatSampler` makes the permutation a function of ``(seed, epoch)`` alone
-(``set_epoch``, which the Trainer and accelerate call at the start of every epoch), so an
-interrupted and an uninterrupted run see the same pages at every step.
+:class:`~olmpipe.compat.trl.EpochSeededRepeatSampler` makes the permutation a function of
+``(seed, epoch)`` alone (``set_epoch``, which the Trainer and accelerate call at the start of every
+epoch), so an interrupted and an uninterrupted run see the same pages at every step.
+
+The private methods of TRL and transformers this needs are overridden in :mod:`olmpipe.compat.trl`
+(with the upstream lines and releases they were checked against), not here.
 """
 
 from __future__ import annotations
@@ -31,8 +34,13 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from trl import GRPOTrainer
-from trl.trainer.utils import RepeatSampler
+from olmpipe.compat.transformers import tied_weight_names
+from olmpipe.compat.trl import (
+    EpochSeededRepeatSampler,
+    GRPOTrainerSeams,
+    after_vllm_weight_sync,
+    epoch_seeded,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -73,7 +81,7 @@ def _load_plain(model: Any, folder: Path, files: set[str]) -> None:
 
 
 def _check_complete(model: Any, folder: Path, missing: list[str], unexpected: list[str]) -> None:
-    tied = set(getattr(model, "_tied_weights_keys", None) or [])
+    tied = tied_weight_names(model)
     missing = [k for k in missing if k not in tied]
     if missing or unexpected:
         raise CheckpointLoadError(
@@ -90,7 +98,9 @@ def load_checkpoint_weights(model: Any, checkpoint: str | Path) -> None:
     strictly. Otherwise (renamed prefixes of Qwen2/2.5-VL, Qwen3-VL-MoE experts in the published
     layout: :mod:`olmpipe.architectures`) the checkpoint is read with ``type(model).from_pretrained`` on the CPU in the model's
     dtype -- the same conversion path as any model load -- and copied tensor by tensor; this holds a
-    second copy of the weights in host memory for the moment of the copy.
+    second copy of the weights in host memory for the moment of the copy. Either way a tensor the
+    checkpoint lacks (other than a tied one, :func:`olmpipe.compat.transformers.tied_weight_names`) is
+    an error: ``from_pretrained`` would initialise it afresh, and its loading report names it.
     """
     import torch
 
@@ -99,15 +109,18 @@ def load_checkpoint_weights(model: Any, checkpoint: str | Path) -> None:
     keys = set(stored)
     state = model.state_dict()
     own = set(state)
-    if (keys <= own and own - keys <= set(getattr(model, "_tied_weights_keys", None) or [])
+    if (keys <= own and own - keys <= tied_weight_names(model)
             and _stored_shapes(folder, stored) == {k: tuple(state[k].shape) for k in keys}):
         _load_plain(model, folder, set(stored.values()))
         logger.info("restored %d tensors from %s", len(keys), folder)
         return
-    loaded = type(model).from_pretrained(str(folder), dtype=model.dtype, device_map="cpu")
+    # from_pretrained initialises what the files lack: its loading report says what that was
+    loaded, report = type(model).from_pretrained(str(folder), dtype=model.dtype, device_map="cpu",
+                                                 output_loading_info=True)
     source = loaded.state_dict()
     target = model.state_dict()
-    _check_complete(model, folder, sorted(set(target) - set(source)), sorted(set(source) - set(target)))
+    missing = set(target) - set(source) | set(report["missing_keys"])
+    _check_complete(model, folder, sorted(missing), sorted(set(source) - set(target) | set(report["unexpected_keys"])))
     with torch.no_grad():
         for name, tensor in target.items():
             if source[name].shape != tensor.shape:
@@ -118,32 +131,21 @@ def load_checkpoint_weights(model: Any, checkpoint: str | Path) -> None:
     logger.info("restored %d tensors from %s (converted from the saved format)", len(target), folder)
 
 
-class EpochSeededRepeatSampler(RepeatSampler):
-    """TRL's ``RepeatSampler`` with the shuffle of each epoch seeded by ``seed + epoch``."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.epoch = 0
-
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch = int(epoch)
-
-    def __iter__(self):
-        if self.shuffle:
-            self.generator.manual_seed(int(self.seed or 0) + self.epoch)
-        return super().__iter__()
-
-
-class ResumableGRPOTrainer(GRPOTrainer):
+class ResumableGRPOTrainer(GRPOTrainerSeams):
     """``GRPOTrainer`` whose resume restores the model weights and the data order exactly, and whose
     colocated vLLM engine generates with the weights of the latest step.
 
-    vLLM colocate mode: before the engine is built, :func:`olmpipe.generate.vllm_backend.keep_cpu_linear_weights`
+    The hooks of :class:`~olmpipe.compat.trl.GRPOTrainerSeams` (TRL's and transformers' private
+    methods) restore checkpoints (:meth:`restore_checkpoint`, :meth:`restore_best_model`), seed the
+    data order per epoch (:meth:`make_train_sampler`) and leave the weights copy out of a stop
+    signal's DeepSpeed checkpoint (:meth:`checkpoint_weights_wanted`).
+
+    vLLM colocate mode: before the engine is built, :func:`olmpipe.compat.vllm.keep_cpu_linear_weights`
     keeps vLLM's CPU build from repacking linear weights (otherwise TRL's weight sync fails for the
     vision tower and leaves stale packed copies of the language model), and
-    :func:`~olmpipe.generate.vllm_backend.keep_cpu_expert_weights` does the same for Qwen3-VL-MoE's
+    :func:`~olmpipe.compat.vllm.keep_cpu_expert_weights` does the same for Qwen3-VL-MoE's
     experts; after every ``sync_weights`` the engine's prefix and vision-encoder caches are dropped
-    (:func:`~olmpipe.generate.vllm_backend.refresh_after_weight_sync`; TRL 1.16 resets only the
+    (:func:`~olmpipe.compat.vllm.drop_stale_caches`; TRL 1.16 resets only the
     prefix cache). Qwen3-VL-MoE's expert weights are sent in the layout vLLM loads
     (:meth:`_sync_experts_in_published_layout`, colocate and server mode). See docs/vllm.md.
     """
@@ -156,7 +158,7 @@ class ResumableGRPOTrainer(GRPOTrainer):
         config = kwargs.get("args")
         colocate = bool(config is not None and config.use_vllm and config.vllm_mode == "colocate")
         if colocate:
-            from olmpipe.generate.vllm_backend import keep_cpu_expert_weights, keep_cpu_linear_weights
+            from olmpipe.compat.vllm import keep_cpu_expert_weights, keep_cpu_linear_weights
 
             keep_cpu_linear_weights()
             keep_cpu_expert_weights()
@@ -176,75 +178,65 @@ class ResumableGRPOTrainer(GRPOTrainer):
         vLLM 0.31 loads Qwen3-VL-MoE experts as published checkpoints store them and transposes them
         (``vllm/model_executor/models/qwen3_vl_moe.py``, ``is_fused_checkpoint_transposed=True``), also
         when TRL pushes the live weights (``load_weights`` in colocate mode, the server's in server
-        mode); the live parameters are the transpose (:mod:`olmpipe.architectures`). Private seam:
-        wraps ``VLLMGeneration._iter_named_params`` (``trl/generation/vllm_generation.py:435-479``,
-        TRL 1.16.0), the one iterator both sync paths read names and tensors from.
+        mode); the live parameters are the transpose (:mod:`olmpipe.architectures`). The stream TRL's
+        sync reads both paths from is wrapped (:func:`olmpipe.compat.trl.set_vllm_weight_stream`).
         """
         from olmpipe.architectures import ARCHITECTURES, published_layout
+        from olmpipe.compat.trl import set_vllm_weight_stream, vllm_weight_stream
 
-        generation = getattr(self, "vllm_generation", None)
+        named_params = vllm_weight_stream(self)
         arch = ARCHITECTURES.get(getattr(self.model.config, "model_type", ""))
-        if generation is None or arch is None or not arch.moe:
+        if named_params is None or arch is None or not arch.moe:
             return
-        named_params = generation._iter_named_params
-        generation._iter_named_params = lambda: published_layout(named_params())
+        set_vllm_weight_stream(self, lambda: published_layout(named_params()))
 
     def _prepare_adapter(self) -> None:
         """LoRA: every trained tensor in float32, and vLLM syncs that leave the base as it was.
 
         See :mod:`olmpipe.train.peft`. The trained tensors (the adapter, and the copies of
         ``modules_to_save``, which PEFT makes in the base's dtype) are cast before the optimizer
-        exists (:func:`~olmpipe.train.peft.restore_fp32_adapter`). The sync replaces
-        ``VLLMGeneration._iter_named_params`` (private, trl/generation/vllm_generation.py:436-479 at
-        TRL 1.16.0) outside ZeRO-3 and FSDP, where TRL's own gathers are needed and kept.
+        exists (:func:`~olmpipe.train.peft.restore_fp32_adapter`). Outside ZeRO-3 and FSDP, where
+        TRL's own gathers are needed and kept, the weights TRL's vLLM sync streams come from
+        :func:`~olmpipe.train.peft.merged_named_params` (:func:`olmpipe.compat.trl.set_vllm_weight_stream`).
         """
+        from olmpipe.compat.trl import set_vllm_weight_stream, vllm_sync_sharding, vllm_weight_stream
         from olmpipe.train.peft import merged_named_params, restore_fp32_adapter
 
         cast = restore_fp32_adapter(self.model)
         if cast:
             logger.info("trained tensors of the adapter and modules_to_save cast to float32: %d", cast)
-        generation = getattr(self, "vllm_generation", None)
-        if generation is None:
+        if vllm_weight_stream(self) is None:
             return
-        dist = generation._dist
-        if dist.is_fsdp or dist.is_zero3:
+        sharding = vllm_sync_sharding(self)
+        if sharding is not None:
             logger.warning("LoRA with %s: TRL's vLLM sync merges and unmerges the adapter in place, which "
-                           "rounds the frozen base weights a little at every sync in bfloat16",
-                           "FSDP" if dist.is_fsdp else "ZeRO-3")
+                           "rounds the frozen base weights a little at every sync in bfloat16", sharding)
             return
-        model = generation.model
-        generation._iter_named_params = lambda: merged_named_params(model)
+        model = self.model
+        set_vllm_weight_stream(self, lambda: merged_named_params(model))
 
     def _refresh_after_sync(self) -> None:
-        from olmpipe.generate.vllm_backend import refresh_after_weight_sync
+        from olmpipe.compat.vllm import drop_stale_caches
 
-        generation = self.vllm_generation
-        sync = generation.sync_weights
+        after_vllm_weight_sync(self, drop_stale_caches)
 
-        def sync_and_refresh(*args: Any, **kwargs: Any) -> Any:
-            result = sync(*args, **kwargs)
-            if getattr(generation, "llm", None) is not None:
-                refresh_after_weight_sync(generation.llm)
-            return result
+    def checkpoint_weights_wanted(self, output_dir: str | None) -> bool:
+        """The Hugging Face copy of the weights in every checkpoint, except the one written on a stop
+        signal under DeepSpeed.
 
-        generation.sync_weights = sync_and_refresh
-
-    def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
-        """``Trainer.save_model``, except in the checkpoint written on a stop signal under DeepSpeed.
-
-        transformers 5.24 writes every checkpoint by calling ``save_model(output_dir,
-        _internal_call=True)`` first (``Trainer._save_checkpoint``, ``trainer.py:3377``; checked against
-        5.17-5.24), then DeepSpeed's own ``save_checkpoint`` (``trainer.py:3552-3561``), which holds the
-        16-bit module and the float32 master weights a resume loads (``deepspeed_load_checkpoint``).
-        The Hugging Face copy of the weights is for people only; on a stop it is left out, so the
-        checkpoint that must land within the stop grace is ~2 bytes per parameter smaller, all of
-        them written by rank 0 (:mod:`olmpipe.checkpoint_plan`). Every rank skips it together (the
-        stop flag is agreed across ranks), so no collective of the ZeRO-3 gather is left waiting.
+        transformers writes every checkpoint by saving the model first (``Trainer._save_checkpoint``
+        -> :meth:`save_model`, :class:`~olmpipe.compat.trl.GRPOTrainerSeams`), then DeepSpeed's own
+        ``save_checkpoint`` (transformers 5.24 ``trainer.py:3552-3561``), which holds the 16-bit module
+        and the float32 master weights a resume loads (``deepspeed_load_checkpoint``). The Hugging
+        Face copy of the weights is for people only; on a stop it is left out, so the checkpoint that
+        must land within the stop grace is ~2 bytes per parameter smaller, all of them written by
+        rank 0 (:mod:`olmpipe.checkpoint_plan`). Every rank skips it together (the stop flag is agreed
+        across ranks), so no collective of the ZeRO-3 gather is left waiting.
         """
-        if _internal_call and self.stopping and self.is_deepspeed_enabled:
+        if self.stopping and self.is_deepspeed_enabled:
             logger.info("checkpoint on a stop signal: DeepSpeed state only (no weights copy in %s)", output_dir)
-            return
-        super().save_model(output_dir, _internal_call=_internal_call)
+            return False
+        return True
 
     def training_step(self, model: Any, inputs: Any, num_items_in_batch: Any = None) -> Any:
         """TRL's step (forward, loss, backward); the loss is kept for :meth:`take_nonfinite_loss`
@@ -267,29 +259,27 @@ class ResumableGRPOTrainer(GRPOTrainer):
         bad = ~torch.isfinite(stacked)
         return float(stacked[bad][0]) if bool(bad.any()) else None
 
-    def _get_train_sampler(self, dataset: Any = None) -> EpochSeededRepeatSampler:
-        sampler = super()._get_train_sampler(dataset)
-        return EpochSeededRepeatSampler(
-            data_source=sampler.data_source, mini_repeat_count=sampler.mini_repeat_count,
-            batch_size=sampler.batch_size, repeat_count=sampler.repeat_count, shuffle=sampler.shuffle,
-            seed=sampler.seed,
-        )
+    def make_train_sampler(self, sampler: Any) -> EpochSeededRepeatSampler:
+        """TRL's sampler, its shuffle seeded by ``seed + epoch`` (:func:`~olmpipe.compat.trl.epoch_seeded`)."""
+        return epoch_seeded(sampler)
 
-    def _load_from_checkpoint(self, resume_from_checkpoint: str, model: Any = None) -> None:
+    def restore_checkpoint(self, checkpoint: str, model: Any) -> bool:
+        """A resume restores every weight (or the adapter) of the checkpoint, or raises; DeepSpeed and
+        FSDP checkpoints keep transformers' loaders (their shards use the live module names)."""
         if self.is_deepspeed_enabled or self.is_fsdp_enabled:
-            return super()._load_from_checkpoint(resume_from_checkpoint, model)
-        _restore(self.accelerator.unwrap_model(model if model is not None else self.model), resume_from_checkpoint)
-        return None
+            return False
+        _restore(self.accelerator.unwrap_model(model), checkpoint)
+        return True
 
-    def _load_best_model(self) -> None:
+    def restore_best_model(self) -> bool:
         """``load_best_model_at_end`` reads the best checkpoint with the same raw ``load_state_dict``
         (transformers 5.24 ``trainer.py`` ~3822): load it like a resume instead."""
         if self.is_deepspeed_enabled or self.is_fsdp_enabled:
-            return super()._load_best_model()
+            return False
         logger.info("loading the best model from %s (score %s)", self.state.best_model_checkpoint,
                     self.state.best_metric)
         _restore(self.accelerator.unwrap_model(self.model), self.state.best_model_checkpoint)
-        return None
+        return True
 
 
 def _restore(model: Any, checkpoint: str | Path) -> None:
