@@ -494,6 +494,35 @@ def test_cpu_linear_layers_keep_their_weights_for_the_sync(monkeypatch):
 
 
 @pytest.mark.vllm
+def test_cpu_experts_are_replaced_where_vllm_calls_them(monkeypatch):
+    """The methods keep_cpu_expert_weights replaces exist with the arguments its apply takes, and every
+    CPU expert class gets the replacement (its effect on a synced Qwen3-VL-MoE engine:
+    tests/test_generate_vllm.py)."""
+    pytest.importorskip("vllm")
+    import inspect
+
+    from vllm.model_executor.layers.fused_moe.experts import cpu_moe
+    from vllm.platforms import current_platform
+
+    from olmpipe.compat.vllm import keep_cpu_expert_weights
+
+    if not current_platform.is_cpu():
+        pytest.skip("vLLM's CPU build only")
+    classes = [c for c in vars(cpu_moe).values() if isinstance(c, type) and issubclass(c, cpu_moe.CPUUnquantizedExperts)]
+    for cls in classes:
+        for name in ("apply", "process_weights_after_loading"):
+            if name in vars(cls):
+                monkeypatch.setattr(cls, name, vars(cls)[name])
+    base = cpu_moe.CPUUnquantizedExperts
+    assert list(inspect.signature(base.apply).parameters)[:7] == [
+        "self", "output", "hidden_states", "w1", "w2", "topk_weights", "topk_ids"]
+    assert list(inspect.signature(base.process_weights_after_loading).parameters) == ["self", "layer"]
+    assert "self._use_zentorch" in inspect.getsource(base.apply)
+    assert keep_cpu_expert_weights()
+    assert len({cls.apply for cls in classes}) == 1 and base.apply.__module__ == "olmpipe.compat.vllm"
+
+
+@pytest.mark.vllm
 def test_the_engine_behind_llm_resets_its_encoder_cache():
     """The call drop_stale_caches makes (its effect on generation: tests/test_generate_vllm.py
     ::test_colocated_weight_sync_reaches_generation_on_cpu)."""

@@ -62,10 +62,11 @@ def keep_cpu_expert_weights() -> bool:
     """On vLLM's CPU build, keep mixture-of-experts weights as plain parameters (Qwen3-VL-MoE), so that a
     weight sync reaches generation: :func:`keep_cpu_linear_weights` for fused experts.
 
-    vLLM 0.31's CPU experts pad and prepack ``w13_weight``/``w2_weight`` after loading
+    vLLM's CPU experts pad and prepack ``w13_weight``/``w2_weight`` after loading
     (``CPUUnquantizedExperts.process_weights_after_loading``,
-    ``model_executor/layers/fused_moe/experts/cpu_moe.py:208-218``) for their grouped-gemm kernel
-    (``apply``, lines 269-316); TRL's ``load_weights`` then writes the new expert weights in the
+    ``model_executor/layers/fused_moe/experts/cpu_moe.py:208-218`` in 0.31.0, 181-191 in 0.30.0) for
+    their grouped-gemm kernel (``apply``, lines 269-316 in 0.31.0, 242-289 in 0.30.0, called with
+    ``output, hidden_states, w1, w2, topk_weights, topk_ids`` first); TRL's ``load_weights`` then writes the new expert weights in the
     unpacked layout into the packed parameters and the engine computes with neither. This keeps the
     loaded parameters as they are (setting only the private ``_use_zentorch`` flag that ``apply``
     reads) and computes each routed expert with plain torch matmuls from them (slow, exact).
