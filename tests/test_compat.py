@@ -329,7 +329,13 @@ def test_a_checkpoint_can_leave_out_the_weights_copy_and_a_final_save_cannot(tmp
     checkpoint_weights_wanted; the public save_model (the final model) always writes."""
     trainer = _trainer(tiny_model_dir, tmp_path / "out", save_strategy="steps", save_steps=1)
     asked = []
-    trainer.checkpoint_weights_wanted = lambda output_dir: asked.append(output_dir) or False
+
+    def no_weights(output_dir):  # the folder is made, as DeepSpeed's own save_checkpoint would
+        asked.append(output_dir)
+        os.makedirs(output_dir, exist_ok=True)
+        return False
+
+    trainer.checkpoint_weights_wanted = no_weights
     trainer.train()
     checkpoint = tmp_path / "out" / "checkpoint-1"
     assert asked == [str(checkpoint)]
