@@ -126,7 +126,7 @@ def train_processes(config: Mapping[str, Any]) -> int | None:
     The rule's ``gpu`` resource can be overridden on the command line or by a profile; the train
     rule checks the batch again with the GPUs it really gets (:func:`olmpipe.plan.checked_launch_prefix`).
     """
-    from olmpipe.launch import LaunchError, plan
+    from olmpipe.process_plan import LaunchError, plan
 
     res = config.get("resources", {}).get("train", {})
     try:

@@ -51,7 +51,8 @@ from olmpipe.architectures import (
     read_model_config,
 )
 from olmpipe.checkpoint_plan import CheckpointPlan, ProfileError, checkpoint_plan, profile_slurm_extra
-from olmpipe.launch import DEEPSPEED_STRATEGIES, LaunchError, LaunchPlan, launch_prefix, plan
+from olmpipe.launch.commands import launch_prefix
+from olmpipe.process_plan import DEEPSPEED_STRATEGIES, LaunchError, LaunchPlan, plan
 from olmpipe.prompts import PROMPT_TEXT_TOKENS
 from olmpipe.train.precision import Precision, resolve_precision
 from olmpipe.train.vllm_server import collective_timeout_problem

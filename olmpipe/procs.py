@@ -1,14 +1,20 @@
-"""Process facts from Linux ``/proc``: a process's parent and the live members of a process group.
+"""Process facts from Linux ``/proc`` (a process's parent, the live members of a process group) and the
+exit code of a training process stopped to be resumed.
 
 Used where olmpipe must not leave processes behind: the trainer's parent watch
-(:mod:`olmpipe.train.runlock`), the supervised multi-process launcher (:mod:`olmpipe.launch`) and
-the managed vLLM server (:mod:`olmpipe.train.vllm_server`).
+(:mod:`olmpipe.train.runlock`), the supervised multi-process launcher (:mod:`olmpipe.launch.supervise`)
+and the managed vLLM server (:mod:`olmpipe.train.vllm_server`).
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
+
+#: Exit code of a training job stopped by SIGTERM after its checkpoint (EX_TEMPFAIL: run it again to
+#: resume); the trainer returns it (:mod:`olmpipe.train.callbacks`) and so does the supervised
+#: launcher (:func:`olmpipe.launch.supervise.supervise`).
+EXIT_PREEMPTED = 75
 
 
 def _stat(pid: int | str) -> list[str] | None:

@@ -1,4 +1,5 @@
-"""olmpipe.launch: the training command line from the job's GPUs, strategy and nodes."""
+"""olmpipe.launch: the training command line from the job's GPUs, strategy and nodes (every module of
+the package: commands, devices, slurm, supervise, cli; and olmpipe.process_plan)."""
 
 from __future__ import annotations
 
@@ -12,18 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from olmpipe.launch import (
-    STRATEGIES,
-    LaunchError,
-    first_host,
-    launch_command,
-    launch_prefix,
-    main,
-    node_command,
-    plan,
-    server_mode_command,
-    slurm_node_resources,
-)
+from olmpipe.launch.cli import main
+from olmpipe.launch.commands import launch_command, launch_prefix
+from olmpipe.launch.devices import server_mode_command
+from olmpipe.launch.slurm import first_host, node_command, slurm_node_resources
+from olmpipe.process_plan import STRATEGIES, LaunchError, plan
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIGS = REPO / "workflow" / "accelerate"

@@ -1,6 +1,6 @@
 """Training with several processes on CPUs (gloo), started exactly as the train rule starts it.
 
-The command comes from :func:`olmpipe.launch.launch_command` (accelerate with
+The command comes from :func:`olmpipe.launch.commands.launch_command` (accelerate with
 ``workflow/accelerate/ddp.yaml``); accelerate's multi-GPU launcher runs torchrun, and on a machine
 without CUDA the ranks join a gloo group. ``fsdp`` is not run here: accelerate applies FSDP only to
 GPU process groups (accelerate/state.py, ``distributed_type`` stays ``MULTI_CPU``), so a CPU run of
@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from trainkit import make_page_index
 
-from olmpipe.launch import launch_command
+from olmpipe.launch.commands import launch_command
 from olmpipe.procs import group_members
 from olmpipe.records.metrics import read_metrics
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from olmpipe.launch import launch_command
+from olmpipe.launch.commands import launch_command
 from olmpipe.train.packages import (
     SETUP_COMMAND,
     SUPPORTED,

@@ -25,7 +25,7 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from olmpipe.launch import EXIT_PREEMPTED  # 75, EX_TEMPFAIL: run again to resume
+from olmpipe.procs import EXIT_PREEMPTED  # 75, EX_TEMPFAIL: run again to resume
 from olmpipe.records.completions import write_completions
 from olmpipe.records.files import write_json
 from olmpipe.records.metrics import append_metrics

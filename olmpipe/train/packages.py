@@ -11,7 +11,7 @@ them (:data:`SETUP_COMMAND`, README):
     python -m olmpipe.train.packages --strategy zero2 --processes 7 --vllm-mode server --cuda
 
 prints what such a job needs and whether this environment has it (exit 0), or the problems
-(exit 2). Two callers run the check on the job's node: :mod:`olmpipe.launch` before it starts a
+(exit 2). Two callers run the check on the job's node: :mod:`olmpipe.launch.cli` before it starts a
 multi-process launcher, for the strategy's packages (accelerate would otherwise fail first, with its
 own message), by installed version only, so that the long-lived supervisor imports nothing; and
 every rank of :mod:`olmpipe.train.cli` before training, which also imports them (TRL and accelerate
@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from olmpipe.compat.versions import TESTED, installed_version
-from olmpipe.launch import DEEPSPEED_STRATEGIES
+from olmpipe.process_plan import DEEPSPEED_STRATEGIES
 
 #: The README's command that sets up a GPU machine with everything a job may need.
 SETUP_COMMAND = "scripts/setup.sh --gpu"

@@ -5,7 +5,7 @@
 # checkpoints, metrics.jsonl/csv, completions/ and wandb/ live beside it in results/train/seed{seed}/ and survive a failed or preempted job
 # (Snakemake deletes the outputs of failed jobs), so running the job again resumes (`train.resume:
 # auto`). A job stopped by SIGTERM checkpoints and exits with code 75.
-from olmpipe.launch import slurm_node_resources
+from olmpipe.launch.slurm import slurm_node_resources
 from olmpipe.plan import checked_launch_prefix
 from olmpipe.train.jobconfig import seed_config_json
 
