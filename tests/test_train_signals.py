@@ -11,7 +11,7 @@ import time
 import yaml
 from trainkit import make_page_index
 
-from olmpipe.launch import EXIT_PREEMPTED
+from olmpipe.procs import EXIT_PREEMPTED
 from olmpipe.train.runlock import LOCK_FILE
 
 

@@ -26,8 +26,8 @@ import sys
 from typing import Any
 
 from olmpipe.config import ConfigError, load_config, validate_config
-from olmpipe.launch import EXIT_PREEMPTED
 from olmpipe.layout import PAGE_INDEX, TRAIN_RUN, VALIDATED_TESTS
+from olmpipe.procs import EXIT_PREEMPTED
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

@@ -2,7 +2,7 @@
 
 SLURM (preemption, the time limit, ``scancel``), the launcher's supervisor and the job watch
 (:class:`olmpipe.train.runlock.ParentWatch`) stop a trainer with SIGTERM and expect exit code 75
-(:data:`olmpipe.launch.EXIT_PREEMPTED`: run it again to continue). A trainer may get it at any
+(:data:`olmpipe.procs.EXIT_PREEMPTED`: run it again to continue). A trainer may get it at any
 moment, also while it imports its libraries, reads the data or loads a 7B model, which takes
 minutes; Python's default handler would end it with -15 and the job would count as failed. So
 :class:`SignalFlag` is installed first thing (``python -m olmpipe.train`` does it before importing
@@ -27,7 +27,7 @@ import signal
 import threading
 from typing import Any
 
-from olmpipe.launch import EXIT_PREEMPTED
+from olmpipe.procs import EXIT_PREEMPTED
 
 logger = logging.getLogger(__name__)
 
