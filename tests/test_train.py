@@ -4,7 +4,6 @@ resume resolution and the per-seed job config (no training here; see test_train_
 from __future__ import annotations
 
 import json
-from types import SimpleNamespace
 
 import pytest
 from trainkit import REPO, make_page_index
@@ -253,8 +252,10 @@ def test_olmocr2_recipe_seeds_and_max_model_length():
     assert ranks * g["per_device_train_batch_size"] * g["gradient_accumulation_steps"] == 7 * g["num_generations"]
 
 
-def _state(step: int) -> SimpleNamespace:
-    return SimpleNamespace(global_step=step, is_world_process_zero=True)
+def _state(step: int):
+    from transformers import TrainerState
+
+    return TrainerState(global_step=step, is_world_process_zero=True)
 
 
 def test_metrics_files_and_truncation(tmp_path):
