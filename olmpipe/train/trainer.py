@@ -4,8 +4,8 @@ Why this exists: transformers 5 saves checkpoints in the model's *original* (hub
 ``save_pretrained`` reverts its weight conversions (``revert_weight_conversion`` in
 ``transformers/modeling_utils.py``, ``save_original_format=True``), so a Qwen2.5-VL checkpoint holds
 ``visual.*`` / ``model.*`` keys while the live model names them ``model.visual.*`` /
-``model.language_model.*``. ``Trainer._load_from_checkpoint`` (transformers 5.24,
-``trainer.py`` line ~3689) then calls ``model.load_state_dict(state_dict, strict=False)`` on the
+``model.language_model.*``. ``Trainer._load_from_checkpoint`` (transformers 5.24
+``trainer.py:3610``, the load at ``:3703``) then calls ``model.load_state_dict(state_dict, strict=False)`` on the
 raw file: no key matches, nothing is loaded, and a resumed run silently continues from the *base*
 weights with the checkpoint's optimizer state, step count and metrics (every preemption restart
 lost the training before it).
@@ -273,7 +273,7 @@ class ResumableGRPOTrainer(GRPOTrainerSeams):
 
     def restore_best_model(self) -> bool:
         """``load_best_model_at_end`` reads the best checkpoint with the same raw ``load_state_dict``
-        (transformers 5.24 ``trainer.py`` ~3822): load it like a resume instead."""
+        (transformers 5.24 ``trainer.py:3832``): load it like a resume instead."""
         if self.is_deepspeed_enabled or self.is_fsdp_enabled:
             return False
         logger.info("loading the best model from %s (score %s)", self.state.best_model_checkpoint,
