@@ -182,8 +182,10 @@ def check_zero2(setup: dict[str, Path], device: str) -> list[dict[str, Any]]:
     if importlib.util.find_spec("deepspeed") is None:
         return [{"check": "zero2 resume", "status": "skipped", "value": "", "detail": "deepspeed is not installed"}]
     ranks = 1 if device == "cuda" else 2
+    # The job config plans one process (no resources.train.gpu): with 2 ranks on CPU, 2 accumulated
+    # micro-batches of 2 keep one process's generation batch a whole group for the config check.
     job = _job(device, "bfloat16", max_steps=3, per_device_train_batch_size=4 // ranks,
-               num_generations=4, learning_rate=1e-5, save_total_limit=None)
+               gradient_accumulation_steps=ranks, num_generations=4, learning_rate=1e-5, save_total_limit=None)
 
     def launch(run: Path) -> None:
         env = _env()
@@ -263,7 +265,9 @@ def _probe(device: str, checkpointing: bool) -> list[dict[str, Any]]:
     cfg = load_config(overrides={
         "rasterize": {"longest_side": pixels},
         "train": {"dtype": "bfloat16", "pure_bf16": True, "grpo": {
-            "beta": 0.01, "per_device_train_batch_size": 1, "max_completion_length": completion,
+            # one completion per micro-batch; num_generations 2 keeps the generation batch (1 x 2
+            # accumulation steps) whole groups, as the config check requires
+            "beta": 0.01, "per_device_train_batch_size": 1, "num_generations": 2, "max_completion_length": completion,
             "activation_checkpointing": checkpointing, "use_vllm": False}},
         "resources": {"train": {"strategy": "single", "gpu": 1, "gpu_memory_gb": 1000}}})
     plan = memory_plan(cfg, shape, 1)

@@ -375,11 +375,10 @@ def publish_expert_layout(folder: str | Path) -> int:
     and what transformers itself reads back (it transposes by shape). Each safetensors file is
     rewritten atomically, one file in memory at a time.
     """
-    import os
-
     from safetensors import safe_open
     from safetensors.torch import save_file
 
+    from olmpipe.records.files import atomic_path
     from olmpipe.soup import weight_map
 
     folder = Path(folder)
@@ -401,9 +400,8 @@ def publish_expert_layout(folder: str | Path) -> int:
             converted = expert_tensor_to_hub(name, tensors[name], live[_suffix(name)])
             changed += converted is not tensors[name]
             tensors[name] = converted
-        tmp = path.with_name(f".{path.name}.tmp")
-        save_file(tensors, str(tmp), metadata=metadata or {"format": "pt"})
-        os.replace(tmp, path)
+        with atomic_path(path) as tmp:
+            save_file(tensors, str(tmp), metadata=metadata or {"format": "pt"})
     return changed
 
 

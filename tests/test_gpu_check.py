@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from support.deepspeed import needs_deepspeed
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "benchmarks" / "gpu_check.py"
@@ -53,7 +54,7 @@ def test_cpu_mode_passes_and_imports_only_what_the_gpu_machine_gets(tmp_path: Pa
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(importlib.util.find_spec("deepspeed") is None, reason="needs the deepspeed extra")
+@needs_deepspeed
 def test_cpu_mode_zero2_resume_is_bitwise(tmp_path: Path) -> None:
     proc, table = run(tmp_path, "--cpu", "--only", "zero2", timeout=1200)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -82,10 +83,11 @@ def test_the_wheelhouse_is_small_files_for_the_gpu_machine() -> None:
 
     from olmpipe.train.packages import SUPPORTED
 
+    # hjson: a requirement of DeepSpeed (0.16-0.19) only, so absent where DeepSpeed is
     for dist in gpu_check.WHEELHOUSE:
         try:
             version(dist)
         except PackageNotFoundError:
-            assert dist in SUPPORTED, dist
+            assert dist in SUPPORTED or dist == "hjson", dist
     assert not set(gpu_check.WHEELHOUSE) & gpu_check.DEVICE_HAS
     assert set(gpu_check.WHEELHOUSE.values()) <= {"pure", "binary", "sdist"}

@@ -45,10 +45,14 @@ def test_read_reward_curve_of_the_unit_test_reward(tmp_path):
 
 
 def test_read_reward_curve_names_bad_lines(tmp_path):
+    """A bad line before the last is an error naming file:line; a torn last line (a write that was
+    interrupted) is skipped, see olmpipe.records.files.iter_jsonl."""
     path = tmp_path / "metrics.jsonl"
-    path.write_text('{"step": 1, "reward": 0.1}\n{oops\n')
+    path.write_text('{"step": 1, "reward": 0.1}\n{oops\n{"step": 2, "reward": 0.2}\n')
     with pytest.raises(PlotError, match=r"metrics.jsonl:2: not valid JSON"):
         read_reward_curve(path)
+    path.write_text('{"step": 1, "reward": 0.1}\n{"step": 2, "rew')
+    assert read_reward_curve(path) == [(1.0, 0.1)]
 
 
 def test_write_plots_writes_three_pngs(comparison, tmp_path):

@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from support.deepspeed import NEEDS_DEEPSPEED, needs_deepspeed
 from trainkit import make_page_index
 
 from olmpipe.launch.commands import launch_command
@@ -33,15 +34,10 @@ JOB = {"train": {"wandb": {"mode": "disabled"},
        "rewards": {"bench": {"processes": 0}}}
 
 
-def _deepspeed_missing() -> bool:
-    import importlib.util
-
-    return importlib.util.find_spec("deepspeed") is None
-
 
 @pytest.mark.parametrize("strategy", [
     "ddp",
-    pytest.param("zero2", marks=pytest.mark.skipif(_deepspeed_missing(), reason="needs the deepspeed extra")),
+    pytest.param("zero2", marks=NEEDS_DEEPSPEED),
 ])
 def test_two_processes_train_and_save_a_plain_model(strategy: str, tmp_path: Path, tiny_model_dir: Path) -> None:
     """Two ranks train 2 steps; each rank's RNG state (and ZeRO optimizer shard) is checkpointed; the
@@ -177,7 +173,7 @@ def test_sigterm_to_the_supervised_launcher_stops_every_rank_with_a_checkpoint(t
 
 @pytest.mark.parametrize("strategy", [
     "ddp",
-    pytest.param("zero2", marks=pytest.mark.skipif(_deepspeed_missing(), reason="needs the deepspeed extra")),
+    pytest.param("zero2", marks=NEEDS_DEEPSPEED),
 ])
 def test_the_process_group_uses_the_configured_timeout(strategy: str, tmp_path: Path) -> None:
     """train.grpo.ddp_timeout is the timeout of the group every collective uses, also after transformers
@@ -213,7 +209,7 @@ def test_a_server_job_refuses_a_collective_timeout_shorter_than_the_server_start
     assert collective_timeout_problem(ok["train"], ok["train"]["grpo"], 7) is None  # defaults 1800 vs 900
 
 
-@pytest.mark.skipif(_deepspeed_missing(), reason="needs the deepspeed extra")
+@needs_deepspeed
 def test_a_zero2_checkpoint_written_on_sigterm_is_lighter_and_resumes_bitwise(tmp_path: Path,
                                                                                 tiny_model_dir: Path) -> None:
     """Under DeepSpeed the checkpoint written on SIGTERM leaves out the Hugging Face weights copy (a

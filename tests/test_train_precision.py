@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file
+from support.deepspeed import NEEDS_DEEPSPEED
 from trainkit import LowIdReward, make_page_index, moved_elements
 from trainkit import moved_summary as summary
 
@@ -83,17 +84,12 @@ def setup(tmp_path_factory, tiny_model_dir):
     return out
 
 
-def _deepspeed_missing() -> bool:
-    import importlib.util
-
-    return importlib.util.find_spec("deepspeed") is None
-
 
 @pytest.mark.parametrize("strategy", [
     "single",
     "ddp",
-    pytest.param("zero2", marks=pytest.mark.skipif(_deepspeed_missing(), reason="needs the deepspeed extra")),
-    pytest.param("zero3", marks=pytest.mark.skipif(_deepspeed_missing(), reason="needs the deepspeed extra")),
+    pytest.param("zero2", marks=NEEDS_DEEPSPEED),
+    pytest.param("zero3", marks=NEEDS_DEEPSPEED),
 ])
 def test_one_bf16_step_at_lr_2e6_moves_nearly_every_trained_tensor(strategy: str, setup: dict) -> None:
     run = _single(setup, "bf16-single", "bfloat16") if strategy == "single" else \
