@@ -731,9 +731,16 @@ def _warn_missing_packages(needs: tuple[Any, ...]) -> None:
 
 
 def checked_launch_prefix(cfg: Mapping[str, Any], gpus: int, model: str | Path, slurm_extra: str | None = None) -> str:
-    """The train rule's launch prefix, after :func:`check_fits` (raises before anything starts);
+    """The train rule's launch prefix, after :func:`olmpipe.train.preflight.job_problems` (settings this
+    job's device or model cannot train) and :func:`check_fits` (raises before anything starts);
     ``slurm_extra``: the rule's resource of that name (a profile's ``--signal`` lead)."""
+    from olmpipe.train.preflight import job_problems
+
     res = cfg["resources"]["train"]
+    problems = job_problems(cfg, gpus, model)
+    if problems:
+        raise LaunchError("the training job cannot run with these settings (checked before it is submitted):\n"
+                          + "\n".join(f"  - {p}" for p in problems))
     check_fits(cfg, gpus, model, slurm_extra)
     from olmpipe.train.packages import config_needs
 
@@ -779,16 +786,22 @@ def main(argv: list[str] | None = None) -> int:
                              f"--signal lead (default: {DEFAULT_PROFILE} when it exists here; 'none' for no SLURM)")
     ns = parser.parse_args(argv)
     from olmpipe.config import ConfigError
+    from olmpipe.train.preflight import job_problems
 
     try:
         cfg = load_configs(ns.configfile)
         gpus = cfg["resources"]["train"]["gpu"] if ns.gpus is None else ns.gpus
+        model = model_for_plan(cfg, ns.model)
+        problems = job_problems(cfg, gpus, model)
+        if problems:
+            raise PlanError("the training job cannot run with these settings:\n"
+                            + "\n".join(f"  - {p}" for p in problems))
         if gpus <= 0:
             sys.stdout.write("resources.train.gpu is 0: a CPU run, no GPU memory to plan\n")
             return 0
         profile = ns.profile if ns.profile is not None else (DEFAULT_PROFILE if Path(DEFAULT_PROFILE).is_dir() else "none")
         extra = None if profile == "none" else profile_slurm_extra(profile)
-        result = memory_plan(cfg, load_shape(model_for_plan(cfg, ns.model)), gpus, slurm_extra=extra,
+        result = memory_plan(cfg, load_shape(model), gpus, slurm_extra=extra,
                              signal_source=f"{Path(profile) / 'config.yaml'}" if profile != "none" else "no profile")
     except (ConfigError, PlanError, LaunchError, ProfileError) as exc:
         sys.stderr.write(f"olmpipe plan: {exc}\n")

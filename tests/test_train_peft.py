@@ -103,11 +103,12 @@ def test_qlora_is_refused_on_the_cpu_and_with_vllm(quant):
 
 
 def test_qlora_on_the_cpu_stops_train_seed_before_loading_anything(tmp_path):
+    from olmpipe.train.preflight import JobSetupError
     from olmpipe.train.run import train_seed
 
     cfg = load_config(overrides={"train": {"wandb": {"mode": "disabled"}, "device": "cpu",
                                            "peft": {"enabled": True, "quantization": "4bit"}}})
-    with pytest.raises(PeftSetupError, match="needs a CUDA GPU"):
+    with pytest.raises(JobSetupError, match="needs a CUDA GPU"):
         train_seed(cfg, seed=0, model_path=tmp_path / "no-model", pages=tmp_path / "p.jsonl", tests_dir=tmp_path,
                    run_dir=tmp_path / "run")
     assert not any((tmp_path / "run").glob("checkpoint-*"))

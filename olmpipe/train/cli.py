@@ -7,11 +7,12 @@
 Snakemake's ``train_seed`` rule runs this command (behind ``train.launcher``, e.g. ``accelerate
 launch`` on several GPUs) with the job's config sections as ``--config-json``. Exit codes: 0
 finished, 75 stopped by SIGTERM after a checkpoint (resume by running it again), 2 bad arguments
-or config, or a package the job needs missing here (:mod:`olmpipe.train.packages`) or outside the
-releases olmpipe was checked against (:mod:`olmpipe.compat.versions`), 3 a reward failed on every
-completion for ``train.reward_error_steps`` steps, 4 a non-finite loss, gradient or weight (both: no
-final model, :mod:`olmpipe.train.health`), 1 any other error (a full disk says so, and names the
-checkpoint a rerun continues from).
+or config (settings this job cannot train: :mod:`olmpipe.train.preflight`; a checkpoint that does
+not fit the model), or a package the job needs missing here (:mod:`olmpipe.train.packages`) or
+outside the releases olmpipe was checked against (:mod:`olmpipe.compat.versions`), 3 a reward failed
+on every completion for ``train.reward_error_steps`` steps, 4 a non-finite loss, gradient or weight
+(both: no final model, :mod:`olmpipe.train.health`), 1 any other error (a full disk says so, and
+names the checkpoint a rerun continues from).
 """
 
 from __future__ import annotations
@@ -86,16 +87,19 @@ def _main(argv: list[str] | None, flag: Any) -> int:
         sys.stderr.write(f"olmpipe train: {exc}\n")
         return 2
     from olmpipe.train.health import TrainingStopped
-    from olmpipe.train.peft import PeftSetupError
+    from olmpipe.train.peft import AdapterLoadError
+    from olmpipe.train.preflight import JobSetupError
     from olmpipe.train.resume import ResumeMismatchError
     from olmpipe.train.run import train_seed
     from olmpipe.train.runlock import RunLockedError
+    from olmpipe.train.trainer import CheckpointLoadError
     from olmpipe.train.vllm_server import VLLMServerError
 
     try:
         return train_seed(cfg, seed=args.seed, model_path=args.model, pages=args.pages, tests_dir=args.tests_dir,
                           run_dir=args.run_dir, final_dir=args.final_dir, signal_flag=flag)
-    except (RunLockedError, ResumeMismatchError, VLLMServerError, PeftSetupError) as exc:
+    except (RunLockedError, ResumeMismatchError, VLLMServerError, JobSetupError, AdapterLoadError,
+            CheckpointLoadError) as exc:
         sys.stderr.write(f"olmpipe train: {exc}\n")
         return 2
     except TrainingStopped as exc:

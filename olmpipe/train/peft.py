@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from olmpipe.layout import ADAPTER_NAME
+from olmpipe.train.preflight import JobSetupError
 
 logger = logging.getLogger(__name__)
 
@@ -50,7 +51,7 @@ logger = logging.getLogger(__name__)
 ADAPTER_DIR = ADAPTER_NAME
 
 
-class PeftSetupError(ValueError):
+class PeftSetupError(JobSetupError):
     """A ``train.peft`` setting this machine or this combination of settings cannot train."""
 
 
@@ -94,13 +95,19 @@ def target_modules(parts: ModelParts, peft_cfg: Mapping[str, Any]) -> str:
     False
     """
 
-    def under(prefix: str, names: list[str]) -> str:
-        return rf"{re.escape(prefix)}\..*\.(?:{'|'.join(re.escape(n) for n in names)})"
-
-    alternatives = [under(parts.language_model, list(peft_cfg["target_modules"]))]
+    alternatives = [module_pattern(parts.language_model, list(peft_cfg["target_modules"]))]
     if peft_cfg["vision"]:
-        alternatives.append(under(parts.vision, list(peft_cfg["vision_target_modules"] or parts.vision_linears)))
+        alternatives.append(module_pattern(parts.vision, list(peft_cfg["vision_target_modules"] or parts.vision_linears)))
     return "|".join(f"(?:{a})" for a in alternatives)
+
+
+def module_pattern(prefix: str, names: list[str]) -> str:
+    """A regular expression that full-matches the modules below ``prefix`` whose names end in one of ``names``.
+
+    >>> bool(re.fullmatch(module_pattern("model.visual.blocks", ["qkv"]), "model.visual.blocks.0.attn.qkv"))
+    True
+    """
+    return rf"{re.escape(prefix)}\..*\.(?:{'|'.join(re.escape(n) for n in names)})"
 
 
 def lora_config(peft_cfg: Mapping[str, Any], model_type: str):
@@ -133,20 +140,31 @@ def lora_config(peft_cfg: Mapping[str, Any], model_type: str):
     )
 
 
+def setup_problem(peft_cfg: Mapping[str, Any], device: str, knobs: Mapping[str, Any]) -> str | None:
+    """Why ``train.peft`` cannot train on ``device`` with these GRPO knobs: QLoRA on the CPU or with
+    vLLM rollouts (None: it can). Also checked before a job is submitted (:mod:`olmpipe.train.preflight`)."""
+    quant = peft_cfg["quantization"]
+    if not peft_cfg["enabled"] or quant == "none":
+        return None
+    if device != "cuda":
+        return (f"train.peft.quantization: {quant} (QLoRA) needs a CUDA GPU: bitsandbytes' quantized layers do not "
+                "train on the CPU. Set train.peft.quantization: none (LoRA on a full-precision base works "
+                "everywhere) or train on a GPU.")
+    if knobs.get("use_vllm"):
+        return (f"train.peft.quantization: {quant} with train.grpo.use_vllm: TRL 1.16 merges the adapter into the "
+                "quantized weights and sends vLLM the packed tensors (trl issues 3466, 4973). Use "
+                "train.grpo.use_vllm: false with QLoRA, or quantization: none to roll out with vLLM.")
+    return None
+
+
 def check_setup(peft_cfg: Mapping[str, Any], device: str, knobs: Mapping[str, Any]) -> None:
-    """Refuse what cannot train, before a model is loaded: QLoRA on the CPU or with vLLM rollouts."""
+    """Refuse what cannot train, before a model is loaded (:func:`setup_problem`), and QLoRA without bitsandbytes."""
+    problem = setup_problem(peft_cfg, device, knobs)
+    if problem:
+        raise PeftSetupError(problem)
     quant = peft_cfg["quantization"]
     if not peft_cfg["enabled"] or quant == "none":
         return
-    if device != "cuda":
-        raise PeftSetupError(f"train.peft.quantization: {quant} (QLoRA) needs a CUDA GPU: bitsandbytes' "
-                             "quantized layers do not train on the CPU. Set train.peft.quantization: none "
-                             "(LoRA on a full-precision base works everywhere) or train on a GPU.")
-    if knobs.get("use_vllm"):
-        raise PeftSetupError(f"train.peft.quantization: {quant} with train.grpo.use_vllm: TRL 1.16 merges the "
-                             "adapter into the quantized weights and sends vLLM the packed tensors "
-                             "(trl issues 3466, 4973). Use train.grpo.use_vllm: false with QLoRA, or "
-                             "quantization: none to roll out with vLLM.")
     import importlib.util
 
     if importlib.util.find_spec("bitsandbytes") is None:

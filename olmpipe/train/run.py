@@ -246,6 +246,7 @@ def _train_locked(
     from olmpipe.train.health import RewardErrors, StopOnNonFinite, StopOnRewardErrors
     from olmpipe.train.peft import check_model, check_setup, lora_config, quantization_config
     from olmpipe.train.precision import resolve_precision, restore_fp32_masters, save_final_weights
+    from olmpipe.train.preflight import check_job
     from olmpipe.train.resume import run_settings, trajectory_fingerprint
     from olmpipe.train.trainer import ResumableGRPOTrainer, load_checkpoint_weights
     from olmpipe.train.vllm_server import (
@@ -258,6 +259,9 @@ def _train_locked(
     tcfg, rcfg = cfg["train"], cfg["rewards"]
     final_dir = Path(final_dir if final_dir is not None else final_model_dir(run_dir))
     device = resolve_device(tcfg["device"])
+    # what this device or the model cannot train, before anything is built or loaded (also checked
+    # when Snakemake plans the job: olmpipe.train.preflight)
+    check_job(cfg, device, model_path)
     # float32 master weights with bf16 compute unless train.pure_bf16 (olmpipe.train.precision)
     precision = resolve_precision(tcfg, device)
     if precision.weights == "bfloat16" and any(os.environ.get(f"ACCELERATE_USE_{name}", "").lower() == "true"
@@ -267,9 +271,6 @@ def _train_locked(
         torch.set_num_threads(cfg["resources"]["train"]["cpus_per_task"])
 
     knobs = grpo_knobs(tcfg, seed)
-    if device == "cpu" and knobs.get("use_vllm") and knobs.get("vllm_mode") == "server":
-        raise ValueError("train.grpo.vllm_mode: server needs CUDA (trl vllm-serve syncs weights over NCCL); "
-                         "on the CPU use vllm_mode: colocate or use_vllm: false (docs/vllm.md)")
     problem = collective_timeout_problem(tcfg, knobs, _world_size())
     if problem:
         raise ValueError(problem)
