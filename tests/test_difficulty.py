@@ -364,6 +364,42 @@ def test_filter_refuses_bad_inputs_with_their_reason(tmp_path):
         filter_page_index(tmp_path / "stats.jsonl", index, *args, FilterSettings(), num_generations=4)
 
 
+def test_filter_keeping_fewer_pages_than_one_training_batch_stops_there(tmp_path):
+    """Probe F9: on the embedded default the filter kept 1 of 15 pages and succeeded; training then
+    stopped with "the training set has 1 page(s) but one generation batch takes 2", inside the
+    submitted job. The filter knows both numbers: it refuses, counts the drops and names what helps
+    (F11: not "lower min_spread" when it is 0 already)."""
+    from olmpipe.difficulty.settings import training_batch_pages
+
+    stats = [_page("a.pdf", 0.0, all_pass=True), _page("b.pdf", 0.0, all_fail=True), _page("c.pdf", 0.3)]
+    write_stats(tmp_path / "stats.jsonl", stats)
+    index = _index(tmp_path, ["a.pdf", "b.pdf", "c.pdf"])
+    args = (tmp_path / "o.jsonl", tmp_path / "d.jsonl", tmp_path / "f.json")
+    with pytest.raises(DifficultyError) as caught:
+        filter_page_index(tmp_path / "stats.jsonl", index, *args, FilterSettings(), num_generations=4, batch_pages=2)
+    message = str(caught.value)
+    assert message.startswith("train.difficulty would keep 1 of 3 train pages (dropped: 2 zero_spread), fewer than "
+                              "one generation batch of training takes (2 pages")
+    assert "rewards.weights.medoid: 0.1" in message and "min_spread" not in message
+    assert not any(p.exists() for p in args)  # nothing written
+    assert filter_page_index(tmp_path / "stats.jsonl", index, *args, FilterSettings(), num_generations=4,
+                             batch_pages=1)["kept"] == 1
+    # the batch the trainer will draw: TRL's arithmetic, seed overrides and training processes included
+    cfg = load_config()
+    assert training_batch_pages(cfg) == 2  # the embedded default: 4 x 1 process x 2 / 4
+    cfg["train"]["seed_overrides"] = [{"seed": 1, "grpo": {"per_device_train_batch_size": 8}}]
+    assert training_batch_pages(cfg) == 2  # seed 1 is not trained
+    cfg["train"]["seeds"] = [0, 1]
+    assert training_batch_pages(cfg) == 4
+    cfg["resources"]["train"].update(gpu=2, strategy="ddp")
+    assert training_batch_pages(cfg) == 8
+    write_stats(tmp_path / "stats.jsonl", [_page("a.pdf", 0.05), _page("b.pdf", 0.5, pass_rate=0.9)])
+    with pytest.raises(DifficultyError, match=r"lower train.difficulty.min_spread \(now 0.1\); raise or unset "
+                                              r"train.difficulty.max_pass_rate \(now 0.8\)"):
+        filter_page_index(tmp_path / "stats.jsonl", _index(tmp_path, ["a.pdf", "b.pdf"]), *args,
+                          FilterSettings(min_spread=0.1, max_pass_rate=0.8), num_generations=4)
+
+
 def test_command_line_runs_both_steps(tmp_path, mixed, tiny_model_dir, monkeypatch):
     """``olmpipe difficulty`` on a config: sample (the configured backend replaced by the scripted
     one) and filter; exit 1 with one line for a missing page index."""

@@ -65,6 +65,7 @@ def main(argv: list[str] | None = None) -> int:
         logger.error("%s", exc)
         return 2
     from olmpipe.difficulty import DifficultyError, FilterSettings, filter_page_index, run_difficulty
+    from olmpipe.difficulty.settings import training_batch_pages
     from olmpipe.layout import model_dir
 
     out = Path(args.out)
@@ -76,7 +77,8 @@ def main(argv: list[str] | None = None) -> int:
             filter_page_index(args.stats or out / STATS_NAME, args.pages, args.filtered or out / FILTERED_INDEX_NAME,
                               args.dropped or out / DROPPED_NAME, args.summary or out / FILTER_NAME,
                               FilterSettings.from_config(cfg["train"]["difficulty"]),
-                              num_generations=int(cfg["train"]["grpo"]["num_generations"]))
+                              num_generations=int(cfg["train"]["grpo"]["num_generations"]),
+                              batch_pages=training_batch_pages(cfg))
     except (DifficultyError, GenerationError) as exc:
         logger.error("%s", exc)
         return 1

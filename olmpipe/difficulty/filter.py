@@ -69,14 +69,18 @@ def filter_page_index(
     settings: FilterSettings,
     *,
     num_generations: int,
+    batch_pages: int = 1,
 ) -> dict[str, Any]:
     """Write the filtered page index, ``dropped.jsonl`` and ``filter.json``; returns the summary.
 
     ``num_generations`` (the GRPO group size) turns pages into rollouts in the summary. Raises
     :class:`DifficultyError` when the statistics name a page that is not a train page of the index
     (they belong to another index: run the difficulty stage again), when a pass-rate window is set
-    but no page has a pass rate (no bench reward selected), and when every sampled page would be
-    dropped (training would have nothing to learn from).
+    but no page has a pass rate (no bench reward selected), when every sampled page would be
+    dropped (training would have nothing to learn from), and when fewer train pages than
+    ``batch_pages`` would remain (:func:`olmpipe.difficulty.settings.training_batch_pages`: one
+    generation batch of training; the trainer would stop before its first step). Nothing is
+    written then; the message counts the drops per reason and names what can help.
     """
     stats = read_stats(stats_path, error=DifficultyError)
     index = read_page_index(pages_index, error=DifficultyError)
@@ -101,13 +105,19 @@ def filter_page_index(
                 pass_rate=page.pass_rate, all_pass=page.all_pass, all_fail=page.all_fail,
                 jsonl_files=page.jsonl_files, types=page.types,
             ))
+    counts = Counter(d.reason for d in dropped)
     if stats and len(dropped) == len(stats):
-        counts = Counter(d.reason for d in dropped)
         raise DifficultyError(
-            f"train.difficulty would drop all {len(stats)} sampled train pages ({_counts_text(counts)}): the model "
-            "gets the same reward on every completion of every page, so GRPO has nothing to learn from. "
-            "Check the rewards (rewards.weights) and the sampling (train.grpo.temperature, max_completion_length), "
-            f"lower train.difficulty.min_spread (now {settings.min_spread}), or disable train.difficulty"
+            f"train.difficulty would drop all {len(stats)} sampled train pages ({_counts_text(counts)}): GRPO would "
+            f"have nothing to learn from. {_advice(counts, settings)}"
+        )
+    kept = len(train_keys) - len(dropped)
+    if kept < batch_pages:
+        raise DifficultyError(
+            f"train.difficulty would keep {kept} of {len(train_keys)} train pages (dropped: {_counts_text(counts)}), "
+            f"fewer than one generation batch of training takes ({batch_pages} pages: per_device_train_batch_size x "
+            "training processes x steps_per_generation / num_generations), so training could not take a step. "
+            f"{_advice(counts, settings)}; or add train pages or lower that batch. Nothing was written."
         )
     gone = {(d.pdf, d.page) for d in dropped}
     write_page_index_rows(out_index, (r for r in index if (str(r["pdf"]), int(r["page"])) not in gone))
@@ -118,6 +128,24 @@ def filter_page_index(
     logger.info("difficulty filter: kept %d of %d sampled train pages, dropped %d (%s)", summary["kept"],
                 summary["sampled"], summary["dropped"], _counts_text(Counter(summary["dropped_by_reason"])))
     return summary
+
+
+def _advice(counts: Mapping[str, int], settings: FilterSettings) -> str:
+    """What can keep more pages, given why they were dropped (only what would help)."""
+    ways = []
+    if counts.get(REASON_ZERO_SPREAD):
+        ways.append("give the completions of a page different rewards: check rewards.weights and the sampling "
+                    "(train.grpo.temperature, max_completion_length); a small weight of a graded reward such as "
+                    "rewards.weights.medoid: 0.1 spreads every page (the embedded tiny model scores nearly every "
+                    "completion alike: docs/difficulty.md)")
+    if counts.get(REASON_LOW_SPREAD) and settings.min_spread > 0:
+        ways.append(f"lower train.difficulty.min_spread (now {settings.min_spread})")
+    if counts.get(REASON_PASS_RATE_LOW):
+        ways.append(f"lower or unset train.difficulty.min_pass_rate (now {settings.min_pass_rate})")
+    if counts.get(REASON_PASS_RATE_HIGH):
+        ways.append(f"raise or unset train.difficulty.max_pass_rate (now {settings.max_pass_rate})")
+    ways.append("disable train.difficulty")
+    return "To keep more: " + "; ".join(ways)
 
 
 def _counts_text(counts: Mapping[str, int]) -> str:

@@ -133,6 +133,20 @@ class FilterSettings:
                 "max_pass_rate": self.max_pass_rate}
 
 
+def training_batch_pages(cfg: Mapping[str, Any]) -> int:
+    """Pages one generation batch of training takes (:func:`olmpipe.train.grpo_fields.batch_pages`),
+    the most over the trained seeds' knobs, with the training processes ``resources.train`` plans: the
+    filter must keep at least this many train pages, or training cannot take a step."""
+    from olmpipe.config import train_processes
+    from olmpipe.train.grpo_fields import batch_pages
+
+    processes = train_processes(cfg) or 1
+    train = cfg["train"]
+    knobs = [train["grpo"], *({**train["grpo"], **o["grpo"]} for o in train["seed_overrides"]
+                              if o["seed"] in train["seeds"])]
+    return max(batch_pages(k, processes) for k in knobs)
+
+
 def job_config(cfg: Mapping[str, Any]) -> dict[str, Any]:
     """The config sections the sampling job reads, reduced to what changes its result.
 

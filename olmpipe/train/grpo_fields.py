@@ -125,6 +125,23 @@ BATCH_DEFAULTS: dict[str, Any] = {
 }
 
 
+def batch_pages(knobs: Mapping[str, Any], world_size: int) -> int:
+    """Pages one generation batch of training takes: TRL 1.16's ``generation_batch_size //
+    num_generations`` (``RepeatSampler`` draws that many pages and drops an incomplete last chunk,
+    trl/trainer/utils.py:939-943), with the generation batch worked out as :func:`batch_problems`
+    does (``per_device_train_batch_size x world_size x steps_per_generation``, GA when unset).
+
+    >>> batch_pages({"per_device_train_batch_size": 4, "gradient_accumulation_steps": 2, "num_generations": 4}, 1)
+    2
+    """
+    k = {**BATCH_DEFAULTS, **{name: value for name, value in knobs.items() if name in BATCH_DEFAULTS}}
+    generation_batch = k["generation_batch_size"]
+    if generation_batch is None:
+        steps = k["steps_per_generation"] or k["gradient_accumulation_steps"]
+        generation_batch = k["per_device_train_batch_size"] * world_size * steps
+    return max(1, generation_batch // max(1, k["num_generations"]))
+
+
 def batch_problems(knobs: Mapping[str, Any], world_size: int, where: str) -> list[str]:
     """What TRL 1.16's ``GRPOConfig.__post_init__`` would reject in ``knobs`` run by ``world_size``
     training processes, checked before any job starts (TRL raises only inside the trainer).

@@ -10,7 +10,11 @@
 # hold only those: olmpipe.difficulty.settings.job_config); finished generations are reused from
 # its journal, so a reward change only scores again. The thresholds rerun only the filter.
 
-from olmpipe.difficulty.settings import FilterSettings, job_config_json
+from olmpipe.difficulty.settings import (
+    FilterSettings,
+    job_config_json,
+    training_batch_pages,
+)
 from olmpipe.layout import (
     DIFFICULTY_DROPPED,
     DIFFICULTY_FILTER,
@@ -77,6 +81,8 @@ rule difficulty_filter:
         # min_spread and the pass-rate window (not `enabled`: the filter is the same either way).
         filter=FilterSettings.from_config(config["train"]["difficulty"]).to_json(),
         num_generations=config["train"]["grpo"]["num_generations"],
+        # Pages one generation batch of training takes: the filter refuses to keep fewer.
+        batch_pages=training_batch_pages(config),
         code=rule_code_version("difficulty_filter"),
     script:
         "../scripts/difficulty_filter.py"

@@ -15,6 +15,7 @@ try:
         snakemake.output.summary,  # noqa: F821
         FilterSettings(**snakemake.params.filter),  # noqa: F821
         num_generations=int(snakemake.params.num_generations),  # noqa: F821
+        batch_pages=int(snakemake.params.batch_pages),  # noqa: F821
     )
 except DifficultyError as exc:
     logging.getLogger("olmpipe.difficulty").error("%s", exc)
