@@ -570,10 +570,12 @@ def memory_plan(cfg: Mapping[str, Any], shape: ModelShape, gpus: int | None = No
                                 "GPUs of the job or use vllm_mode: colocate")
         if weights + kv > share:
             need = math.ceil((weights + kv) / gpu_gib * 100) / 100
+            raise_share = (f"raise train.grpo.vllm_gpu_memory_utilization to at least {need:.2f}" if need <= 1 else
+                           f"no share helps: they need {weights + kv:.1f} GiB, more than the whole GPU "
+                           f"(resources.train.gpu_memory_gb: {gpu_gib:g}); use a larger GPU")
             problems.append(
                 f"{where} cannot hold its bf16 weights ({weights:.1f} GiB) and the KV cache of one "
-                f"{max_len}-token sequence ({kv:.1f} GiB){unset}: raise train.grpo.vllm_gpu_memory_utilization "
-                f"to at least {need:.2f}, {len_fix}, {other}")
+                f"{max_len}-token sequence ({kv:.1f} GiB){unset}: {raise_share}, {len_fix}, {other}")
     total = sum(t.gib for t in terms)
     if total > gpu_gib:
         top = max(terms, key=lambda t: t.gib)
@@ -788,6 +790,9 @@ def main(argv: list[str] | None = None) -> int:
     from olmpipe.config import ConfigError
     from olmpipe.train.preflight import job_problems
 
+    if ns.gpus is not None and ns.gpus < 0:
+        sys.stderr.write(f"olmpipe plan: --gpus {ns.gpus}: a job has 0 GPUs (a CPU job) or more\n")
+        return 2
     try:
         cfg = load_configs(ns.configfile)
         gpus = cfg["resources"]["train"]["gpu"] if ns.gpus is None else ns.gpus
@@ -797,7 +802,8 @@ def main(argv: list[str] | None = None) -> int:
             raise PlanError("the training job cannot run with these settings:\n"
                             + "\n".join(f"  - {p}" for p in problems))
         if gpus <= 0:
-            sys.stdout.write("resources.train.gpu is 0: a CPU run, no GPU memory to plan\n")
+            source = "--gpus 0" if ns.gpus is not None else "resources.train.gpu is 0"
+            sys.stdout.write(f"{source}: a CPU job, no GPU memory to plan\n")
             return 0
         profile = ns.profile if ns.profile is not None else (DEFAULT_PROFILE if Path(DEFAULT_PROFILE).is_dir() else "none")
         extra = None if profile == "none" else profile_slurm_extra(profile)

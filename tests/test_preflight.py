@@ -116,6 +116,26 @@ def _merge(*overrides: dict) -> dict:
     return out
 
 
+def test_plan_messages_say_what_was_given(capsys):
+    """F11: `--gpus -3` said "resources.train.gpu is 0"; `--gpus 0` was reported as the config's value."""
+    assert main(["--gpus", "-3"]) == 2
+    assert "--gpus -3: a job has 0 GPUs (a CPU job) or more" in capsys.readouterr().err
+    assert main(["--gpus", "0"]) == 0
+    assert capsys.readouterr().out.startswith("--gpus 0: a CPU job")
+    assert main([]) == 0
+    assert capsys.readouterr().out.startswith("resources.train.gpu is 0: a CPU job")
+
+
+def test_a_vllm_share_above_the_whole_gpu_is_not_advised(tmp_path, capsys):
+    """F11: `gpu_memory_gb: 0.001` with colocated vLLM advised a share of 15882.87."""
+    override = tmp_path / "tiny-gpu.yaml"
+    override.write_text(yaml.safe_dump({"resources": {"train": {"gpu_memory_gb": 0.001}}}))
+    assert main(["--configfile", str(REPO / "config" / "olmocr2-lora-1gpu.yaml"), str(override)]) == 1
+    out = capsys.readouterr().out
+    assert "raise train.grpo.vllm_gpu_memory_utilization to at least" not in out
+    assert "no share helps: they need" in out and "more than the whole GPU (resources.train.gpu_memory_gb: 0.001)" in out
+
+
 def test_an_adapter_that_does_not_load_is_one_line_and_exit_2(tmp_path, monkeypatch, capsys):
     """F6: a checkpoint whose adapter does not fit the model (one without olmpipe_run.json settings,
     so no settings check caught it before) ended the job in a traceback; now one line, exit 2."""
