@@ -95,6 +95,9 @@ TRAIN_RUN = str(TRAIN_DIR / "seed{seed}")
 FINAL_MODEL_NAME = "model"
 #: LoRA runs: the trained adapter, beside the final model in the run folder (:mod:`olmpipe.train.peft`).
 ADAPTER_NAME = "adapter"
+#: Hard links to the files of the last final model a run folder published (no Snakemake output, so a
+#: rerun job's output cleanup leaves it; :mod:`olmpipe.train.final`).
+KEPT_MODEL_NAME = "model.kept"
 #: The average of the seeds' final weights (rule ``soup``), the model the evaluate stage scores.
 SOUP_MODEL_DIR = TRAIN_DIR / "soup" / FINAL_MODEL_NAME
 
@@ -142,6 +145,11 @@ def seed_of(run_dir: str | Path) -> int | None:
 def final_model_dir(run_dir: str | Path) -> str:
     """The final model folder of a training run folder (``<run>/model``)."""
     return str(PurePosixPath(str(run_dir)) / FINAL_MODEL_NAME)
+
+
+def kept_model_dir(run_dir: str | Path) -> str:
+    """The kept copy of a run's final model (``<run>/model.kept``, :mod:`olmpipe.train.final`)."""
+    return str(PurePosixPath(str(run_dir)) / KEPT_MODEL_NAME)
 
 
 def final_metrics(run_dir: str | Path) -> str:

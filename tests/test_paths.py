@@ -48,6 +48,7 @@ ALLOWED = {
     "chat_template.json": "transformers' legacy processor chat template file (LEGACY_PROCESSOR_CHAT_TEMPLATE_FILE)",
     "adapter_config.json": "PEFT's adapter config file (peft.utils.constants.CONFIG_NAME)",
     "adapter_model.safetensors": "PEFT's adapter weights (peft.utils.constants.SAFETENSORS_WEIGHTS_NAME)",
+    "README.md": "the model card PEFT's save_pretrained writes into an adapter folder (olmpipe.train.peft)",
     # Package data, not results.
     "grpo_fields.json": "package data beside olmpipe/train/grpo_fields.py (GRPOConfig's fields)",
     # The parity reference (../shared/bench/parity-dev): an external data set, read only by olmpipe.bench.parity.

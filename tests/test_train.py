@@ -374,6 +374,67 @@ def test_seed_config_and_fingerprint():
     assert run_settings(cfg, 4, "m", knobs=grpo_knobs(cfg["train"], 4)) == run_settings(cfg, 4, "m")
 
 
+#: olmpipe_run.json settings written by earlier commits (tests/data/stored_run_settings.json says how).
+STORED = json.loads((REPO / "tests" / "data" / "stored_run_settings.json").read_text())["cases"]
+#: What the trainer adds to the settings of a job (olmpipe.train.data.training_set_id of its examples).
+PAGES = {"training_set.pages": 4, "training_set.sha256": "0" * 64}
+
+
+def test_lora_settings_are_no_run_setting_while_lora_is_off():
+    """Off (the default), train.peft.* neither reruns a job nor stops a resume; on, it does both."""
+    from olmpipe.train.jobconfig import seed_config_json
+    from olmpipe.train.resume import changed_keys, run_settings
+
+    off = load_config()
+    edited = load_config(overrides={"train": {"peft": {"r": 8, "alpha": 3, "quant_type": "fp4"}}})
+    assert run_settings(edited, 0, "m") == run_settings(off, 0, "m")
+    assert not any(k.startswith("train.peft") for k in run_settings(off, 0, "m"))
+    assert seed_config_json(edited, 0) == seed_config_json(off, 0) and "peft" not in seed_config(off, 0)["train"]
+    on = load_config(overrides={"train": {"peft": {"enabled": True}}})
+    on_r8 = load_config(overrides={"train": {"peft": {"enabled": True, "r": 8, "quant_type": "fp4"}}})
+    # quant_type only matters with train.peft.quantization set
+    assert changed_keys(run_settings(on, 0, "m"), run_settings(on_r8, 0, "m")) == ["train.peft.r"]
+    assert seed_config(on, 0)["train"]["peft"]["enabled"] is True
+    assert changed_keys(run_settings(off, 0, "m"), run_settings(on, 0, "m"))[0] == "train.peft.alpha"
+
+
+@pytest.mark.parametrize("case", sorted(STORED))
+def test_checkpoints_of_earlier_commits_resume_under_auto(tmp_path, case):
+    """A checkpoint written by 1d966ff (before LoRA, fp32 masters, difficulty, the server's log-probs
+    switch and the training-set record) or by c955618 (train.peft.* stored while off) resumes under
+    `resume: auto` with the same config; a real change is still named."""
+    from olmpipe.train.resume import ResumeMismatchError, changed_keys, decide, run_settings
+
+    stored = STORED[case]
+    cfg = load_config(overrides=stored["overrides"])
+    current = {**run_settings(cfg, 0, "results/model/tiny", 1), **PAGES}
+    newest = _fake_checkpoint(tmp_path, 2, stored["settings"])
+    assert decide("auto", tmp_path, current).checkpoint == newest
+    assert changed_keys(stored["settings"], current) == []
+    grpo = {**stored["overrides"]["train"]["grpo"], "learning_rate": 0.5}
+    changed = {**run_settings(load_config(overrides={**stored["overrides"], "train": {
+        **stored["overrides"]["train"], "grpo": grpo}}), 0, "results/model/tiny", 1), **PAGES}
+    with pytest.raises(ResumeMismatchError, match=r"\(train\.grpo\.learning_rate: 0\.01 -> 0\.5\)"):
+        decide("auto", tmp_path, changed)
+    if "server" in case:  # the server's log-probs switch: absent before it existed = TRL 1.16's processed_logprobs
+        raw = json.loads(json.dumps(stored["overrides"]))
+        raw["train"]["vllm_server"] = {"logprobs_mode": "raw_logprobs"}
+        assert changed_keys(stored["settings"], run_settings(load_config(overrides=raw), 0, "results/model/tiny",
+                                                             1)) == ["train.vllm_server.logprobs_mode"]
+
+
+def test_sections_that_are_off_are_ignored_on_both_sides():
+    """A stored checkpoint whose LoRA or difficulty section was off compares equal to settings that
+    leave the section out, and the reverse; a section switched on is a change."""
+    from olmpipe.train.resume import changed_keys, run_settings
+
+    off = run_settings(load_config(), 0, "m")
+    stored = {**off, "train.peft.enabled": False, "train.peft.r": 32, "train.difficulty.enabled": False,
+              "train.difficulty.samples": None}
+    assert changed_keys(stored, off) == [] and changed_keys(off, stored) == []
+    assert "train.peft.enabled" in changed_keys(stored, {**off, "train.peft.enabled": True, "train.peft.r": 32})
+
+
 def test_renamed_checkpointing_knob_reaches_older_transformers():
     """transformers 5.17 (the vLLM environment, the GPU image) has only gradient_checkpointing."""
     from dataclasses import dataclass

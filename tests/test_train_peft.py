@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file
-from trainkit import LowIdReward, make_page_index
+from trainkit import LowIdReward, assert_same_final_folder, folder_files, make_page_index
 
 from olmpipe.config import load_config
 from olmpipe.train.peft import (
@@ -138,14 +138,14 @@ def test_a_trained_copy_of_a_tied_lm_head_is_refused_with_vllm(tiny_model_dir):
 
 
 def test_lora_settings_are_trajectory_settings():
-    from olmpipe.train.resume import run_settings
+    from olmpipe.train.resume import changed_keys, run_settings
 
     base = run_settings(load_config(overrides={"train": {"peft": {"enabled": True}}}), 0, "m")
     for change, key in (({"r": 8}, "train.peft.r"), ({"alpha": 3}, "train.peft.alpha"),
                         ({"vision": True}, "train.peft.vision"), ({"enabled": False}, "train.peft.enabled"),
                         ({"target_modules": ["q_proj"]}, "train.peft.target_modules")):
         changed = run_settings(load_config(overrides={"train": {"peft": {"enabled": True, **change}}}), 0, "m")
-        assert changed[key] != base[key], key
+        assert key in changed_keys(base, changed), key
 
 
 def _randomize_adapter(model) -> None:
@@ -315,6 +315,10 @@ def test_a_lora_checkpoint_at_max_steps_becomes_the_merged_final_model(lora_runs
                       tests_dir=lora_runs["tests"], run_dir=run, reward_funcs=[LowIdReward()]) == 0
     assert not _differences(lora_runs["full"][0] / "model", run / "model", "model.safetensors")
     assert not _differences(lora_runs["full"][0] / "adapter", run / "adapter", "adapter_model.safetensors")
+    assert json.loads((run / "model" / "olmpipe_train.json").read_text())["from_checkpoint"] == "checkpoint-4"
+    # the same files and provenance as the run that trained to the end wrote
+    assert_same_final_folder(lora_runs["full"][0] / "model", run / "model")
+    assert_same_final_folder(lora_runs["full"][0] / "adapter", run / "adapter")
 
 
 @pytest.mark.slow
@@ -347,3 +351,43 @@ def test_a_lora_checkpoint_without_its_adapter_is_skipped_and_the_run_finishes_f
     assert FILES_KEY in json.loads((run / "checkpoint-4" / RUN_STATE_FILE).read_text())
     assert not _differences(lora_runs["full"][0] / "model", run / "model", "model.safetensors")
     assert not _differences(lora_runs["full"][0] / "adapter", run / "adapter", "adapter_model.safetensors")
+
+
+@pytest.mark.slow
+def test_continue_cannot_change_the_adapter_shape_and_a_final_model_records_what_trained_it(lora_runs):
+    """`train.resume: continue` with another adapter shape stops before any model is loaded, naming
+    the key (mid-run and at the run's end alike) and changing nothing; with another alpha on a
+    finished run, model/ is the checkpoint's adapter merged and olmpipe_train.json says so."""
+    from olmpipe.train.resume import ResumeMismatchError
+    from olmpipe.train.run import train_seed
+
+    full = lora_runs["full"][0]
+
+    def config(**peft):
+        return load_config(overrides={"train": {"wandb": {"mode": "disabled"}, "grpo": GRPO, "resume": "continue",
+                                                "peft": {**LORA, **peft}}, "rewards": {"bench": {"processes": 0}}})
+
+    done, midway = lora_runs["root"] / "continue-done", lora_runs["root"] / "continue-midway"
+    shutil.copytree(full, done)
+    shutil.rmtree(done / "model")
+    shutil.rmtree(done / "adapter")
+    midway.mkdir()
+    shutil.copytree(full / "checkpoint-2", midway / "checkpoint-2")
+    for run in (done, midway):
+        before = {p: p.stat().st_mtime_ns for p in run.rglob("*") if p.name != ".olmpipe.lock"}
+        for change, message in (({"r": 8}, r"\(train\.peft\.r: 4 -> 8\)"),
+                                ({"modules_to_save": []}, r"\(train\.peft\.modules_to_save: \['lm_head'\] -> \[\]\)"),
+                                ({"enabled": False}, r"\(train\.peft\.enabled: True -> False\)")):
+            with pytest.raises(ResumeMismatchError, match=message + r": a run can go on with other settings, not with "
+                               r"another adapter\. Set train\.peft\.\w+ back"):
+                train_seed(config(**change), seed=0, model_path=lora_runs["model"], pages=lora_runs["pages"],
+                           tests_dir=lora_runs["tests"], run_dir=run, reward_funcs=[LowIdReward()])
+        assert {p: p.stat().st_mtime_ns for p in run.rglob("*") if p.name != ".olmpipe.lock"} == before
+    assert train_seed(config(alpha=16), seed=0, model_path=lora_runs["model"], pages=lora_runs["pages"],
+                      tests_dir=lora_runs["tests"], run_dir=done, reward_funcs=[LowIdReward()]) == 0
+    assert folder_files(done / "model")["model.safetensors"] == folder_files(full / "model")["model.safetensors"]
+    info = json.loads((done / "model" / "olmpipe_train.json").read_text())
+    assert info["peft"]["alpha"] == 8 and info["from_checkpoint"] == "checkpoint-4"
+    kept = json.loads((done / "model.kept" / "olmpipe_kept.json").read_text())
+    assert kept["steps"] == 4 and kept["settings"]["train.peft.alpha"] == 8
+    assert json.loads((done / "adapter" / "adapter_config.json").read_text())["lora_alpha"] == 8

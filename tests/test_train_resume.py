@@ -17,12 +17,12 @@ import pytest
 import torch
 import yaml
 from safetensors.torch import load_file
-from trainkit import LowIdReward, make_page_index
+from trainkit import LowIdReward, assert_same_final_folder, folder_files, make_page_index
 
 from olmpipe.config import load_config
 from olmpipe.soup import soup
 from olmpipe.train.resume import ResumeMismatchError, changed_keys, run_settings
-from olmpipe.train.run import train_seed
+from olmpipe.train.run import resolve_resume, train_seed
 from olmpipe.train.runlock import RunLock, RunLockedError
 
 pytestmark = pytest.mark.slow
@@ -99,7 +99,10 @@ def test_a_checkpoint_at_max_steps_becomes_the_final_model(setup):
     assert train_seed(setup["cfg"], seed=0, model_path=setup["model"], pages=setup["pages"],
                       tests_dir=setup["tests"], run_dir=run, reward_funcs=[LowIdReward()]) == 0
     _assert_same(setup["full"][0] / "model", run / "model")
-    assert json.loads((run / "model" / "olmpipe_train.json").read_text())["steps"] == 4
+    info = json.loads((run / "model" / "olmpipe_train.json").read_text())
+    assert info["steps"] == 4 and info["from_checkpoint"] == "checkpoint-4"
+    # the same files and provenance as the run that trained to the end wrote
+    assert_same_final_folder(setup["full"][0] / "model", run / "model")
     assert (run / "model.metrics.jsonl").read_bytes() == (run / "metrics.jsonl").read_bytes()
     assert sorted(p.name for p in run.glob("checkpoint-*")) == [f"checkpoint-{i}" for i in (1, 2, 3, 4)]
     assert max(json.loads(x)["step"] for x in (run / "metrics.jsonl").read_text().splitlines()) == 4
@@ -265,3 +268,86 @@ def test_checkpoint_loader_restores_every_architecture(arch, tiny_models, tmp_pa
         load_checkpoint_weights(model, folder)
         restored = model.state_dict()
         assert all(torch.equal(restored[k], expected[k]) for k in expected), folder
+
+
+def _config(**train) -> dict:
+    return load_config(overrides=_merge({"train": {"wandb": {"mode": "disabled"}, "grpo": GRPO},
+                                         "rewards": {"bench": {"processes": 0}}}, {"train": train}))
+
+
+def _mtimes(run: Path) -> dict[Path, int]:
+    return {p: p.stat().st_mtime_ns for p in run.rglob("*") if p.name != ".olmpipe.lock"}
+
+
+def test_a_resume_on_another_training_set_stops_naming_it(setup):
+    """The run settings name the training set as the trainer builds it (pages, order, test ids):
+    a resume on fewer or reordered pages stops under `auto` and changes nothing; `continue` goes on
+    with the new pages, and its checkpoints record them."""
+    lines = setup["pages"].read_text().splitlines()
+    train = [i for i, line in enumerate(lines) if json.loads(line)["split"] == "train" and json.loads(line)["test_ids"]]
+    fewer, swapped = setup["root"] / "pages-fewer.jsonl", setup["root"] / "pages-swapped.jsonl"
+    fewer.write_text("".join(line + "\n" for i, line in enumerate(lines) if i != train[1]))
+    order = list(range(len(lines)))
+    order[train[0]], order[train[1]] = train[1], train[0]
+    swapped.write_text("".join(lines[i] + "\n" for i in order))
+    run = setup["root"] / "otherpages"
+    run.mkdir()
+    shutil.copytree(setup["full"][0] / "checkpoint-2", run / "checkpoint-2")
+    shutil.copy(setup["full"][0] / "metrics.jsonl", run / "metrics.jsonl")
+    stored = json.loads((run / "checkpoint-2" / "olmpipe_run.json").read_text())["settings"]
+    assert stored["training_set.pages"] == 4
+    before = _mtimes(run)
+    digest = r"'[0-9a-f]{64}' -> '[0-9a-f]{64}'"
+    for pages, message in ((fewer, rf"\(training_set\.pages: 4 -> 3, training_set\.sha256: {digest}\)"),
+                           (swapped, rf"\(training_set\.sha256: {digest}\)")):
+        with pytest.raises(ResumeMismatchError, match=message + r".*Nothing was changed on disk"):
+            train_seed(setup["cfg"], seed=0, model_path=setup["model"], pages=pages, tests_dir=setup["tests"],
+                       run_dir=run, reward_funcs=[LowIdReward()])
+    assert _mtimes(run) == before
+    assert train_seed(_config(resume="continue"), seed=0, model_path=setup["model"], pages=fewer,
+                      tests_dir=setup["tests"], run_dir=run, reward_funcs=[LowIdReward()]) == 0
+    assert json.loads((run / "checkpoint-4" / "olmpipe_run.json").read_text())["settings"]["training_set.pages"] == 3
+    assert json.loads((run / "model.kept" / "olmpipe_kept.json").read_text())["settings"]["training_set.pages"] == 3
+
+
+def test_a_finished_run_whose_checkpoints_are_gone_is_written_again_not_retrained(setup, monkeypatch):
+    """Snakemake deletes model/ before it reruns train_seed (an edit of the trainer's code does it);
+    with the checkpoints deleted too, the kept copy (model.kept/, hard links) brings model/ back
+    bitwise and nothing trains. A changed setting stops saying that model/ is gone and where the
+    finished model is; more steps cannot be trained from it; restart moves it aside with the run."""
+    from olmpipe.train.trainer import ResumableGRPOTrainer
+
+    full = setup["full"][0]
+    kept = folder_files(full / "model.kept")
+    assert json.loads(kept.pop("olmpipe_kept.json"))["steps"] == 4 and kept == folder_files(full / "model")
+    assert (full / "model.kept" / "model.safetensors").stat().st_ino == (full / "model" / "model.safetensors").stat().st_ino
+    run = setup["root"] / "kept"
+    shutil.copytree(full, run)
+    for path in [run / "model", *run.glob("checkpoint-*")]:
+        shutil.rmtree(path)
+    (run / "model.metrics.jsonl").unlink()
+
+    def trains(*args, **kwargs):
+        raise AssertionError("the finished run was trained again")
+
+    monkeypatch.setattr(ResumableGRPOTrainer, "train", trains)
+    assert train_seed(setup["cfg"], seed=0, model_path=setup["model"], pages=setup["pages"], tests_dir=setup["tests"],
+                      run_dir=run, reward_funcs=[LowIdReward()]) == 0
+    assert folder_files(run / "model") == folder_files(full / "model")
+    assert (run / "model.metrics.jsonl").read_bytes() == (full / "metrics.jsonl").read_bytes()
+
+    shutil.rmtree(run / "model")
+    before = _mtimes(run)
+    with pytest.raises(ResumeMismatchError, match=r"model\.kept \(the run's kept final model\) was trained with other "
+                       r"settings \(train\.grpo\.learning_rate: 0\.01 -> 0\.5\)\. This job changed nothing on disk, "
+                       r"but \S+/kept/model is gone .* kept in \S+/model\.kept: with the settings it was trained "
+                       r"with, the job writes \S+/kept/model again\. Either continue"):
+        train_seed(_config(grpo={**GRPO, "learning_rate": 0.5}), seed=0, model_path=setup["model"],
+                   pages=setup["pages"], tests_dir=setup["tests"], run_dir=run, reward_funcs=[LowIdReward()])
+    with pytest.raises(ResumeMismatchError, match="no checkpoint is left to train on to max_steps 6"):
+        train_seed(_config(resume="continue", grpo={**GRPO, "max_steps": 6}), seed=0, model_path=setup["model"],
+                   pages=setup["pages"], tests_dir=setup["tests"], run_dir=run, reward_funcs=[LowIdReward()])
+    assert _mtimes(run) == before
+    assert resolve_resume("restart", run, {}) is None
+    aside = next(setup["root"].glob("kept.old-*"))
+    assert folder_files(aside / "model.kept") == folder_files(full / "model.kept")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -11,15 +12,17 @@ from pathlib import Path
 import pytest
 import yaml
 from benchdata import REPO, make_small_bench
+from trainkit import folder_files
 
 pytestmark = pytest.mark.slow
 
 
-def snakemake(workdir: Path, *args: str) -> subprocess.CompletedProcess:
+def snakemake(workdir: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "-d", str(workdir),
            "--cores", "2", "--nolock", *args]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, check=False)
-    assert proc.returncode == 0, f"snakemake failed ({proc.returncode}):\n{proc.stdout[-5000:]}\n{proc.stderr[-5000:]}"
+    if check:
+        assert proc.returncode == 0, f"snakemake failed ({proc.returncode}):\n{proc.stdout[-5000:]}\n{proc.stderr[-5000:]}"
     return proc
 
 
@@ -187,3 +190,64 @@ def test_qwen3_vl_8b_recipe_plans_one_8_gpu_seed(tmp_path):
     job = json.loads(config)
     assert job["model"]["path"] == "Qwen/Qwen3-VL-8B-Instruct" and job["train"]["seeds"] == [1]
     assert job["train"]["grpo"]["importance_sampling_level"] == "sequence"
+
+
+def test_a_changed_setting_on_a_finished_seed_deletes_nothing(tmp_path):
+    """A finished seed, then: a changed trajectory setting stops Snakemake while it plans (also
+    `-n`), before it deletes model/, naming the key and the two ways on; `train.resume: continue`
+    writes model/ again from the last checkpoint, recorded with the checkpoint's settings; with the
+    checkpoints deleted, a rerun writes model/ again from model.kept/ instead of training; another
+    training set (the split changed) reaches the job, which stops saying truly what is on disk."""
+    make_small_bench(tmp_path / "bench")
+    (tmp_path / "config").mkdir()
+    config = tmp_path / "config" / "config.yaml"
+    lr = 1e-4
+    small = {**CONFIG, "train": {**CONFIG["train"], "seeds": [0], "grpo": {**CONFIG["train"]["grpo"], "learning_rate": lr}}}
+
+    def write(**train):
+        config.write_text(yaml.safe_dump({**small, "train": {**small["train"], **train}}))
+
+    write()
+    snakemake(tmp_path, "train_seeds")
+    run = tmp_path / "results" / "train" / "seed0"
+    trained = folder_files(run / "model")
+    metrics = (run / "metrics.jsonl").read_bytes()
+
+    grpo = {**small["train"]["grpo"], "learning_rate": lr * 2}
+    write(grpo=grpo)
+    for args in (("-n",), ()):
+        proc = snakemake(tmp_path, "train_seeds", *args, check=False)
+        text = proc.stdout + proc.stderr
+        assert proc.returncode != 0 and "train_seed (seed 0): results/train/seed0/checkpoint-2 was trained with " \
+            f"other settings (train.grpo.learning_rate: {lr!r} -> {lr * 2!r}). Snakemake stopped before running any " \
+            "job: nothing was deleted or changed. Either continue that run with the new settings (train.resume: " \
+            "continue) or start over (train.resume: restart" in " ".join(text.split()), text[-3000:]
+        assert folder_files(run / "model") == trained and (run / "model.metrics.jsonl").exists()
+
+    write(grpo=grpo, resume="continue")
+    assert job_counts(snakemake(tmp_path, "train_seeds"))["train_seed"] == 1
+    assert folder_files(run / "model")["model.safetensors"] == trained["model.safetensors"]
+    info = json.loads((run / "model" / "olmpipe_train.json").read_text())
+    assert info["from_checkpoint"] == "checkpoint-2"
+    kept = json.loads((run / "model.kept" / "olmpipe_kept.json").read_text())
+    assert kept["settings"]["train.grpo.learning_rate"] == lr  # what trained it, not the config's
+
+    for checkpoint in run.glob("checkpoint-*"):
+        shutil.rmtree(checkpoint)
+    write()  # back to the settings it was trained with: train_seed reruns (its params changed back)
+    assert job_counts(snakemake(tmp_path, "train_seeds"))["train_seed"] == 1
+    assert folder_files(run / "model")["model.safetensors"] == trained["model.safetensors"]
+    assert (run / "metrics.jsonl").read_bytes() == metrics  # nothing trained again
+    assert "again from the kept final model" in (tmp_path / "logs" / "train_seed" / "seed0.log").read_text()
+
+    config.write_text(yaml.safe_dump({**small, "bench": {**small["bench"], "split": {"eval_fraction": 0.67}}}))
+    proc = snakemake(tmp_path, "train_seeds", check=False)
+    log = " ".join((tmp_path / "logs" / "train_seed" / "seed0.log").read_text().split())
+    assert proc.returncode != 0 and "model.kept (the run's kept final model) was trained with other settings " \
+        "(training_set.pages: 2 -> 1, training_set.sha256:" in log, log[-3000:]
+    assert "This job changed nothing on disk, but results/train/seed0/model is gone (Snakemake deletes a job's " \
+        "outputs before it reruns the job); the run's finished model (step 2) is kept in " \
+        "results/train/seed0/model.kept: with the settings it was trained with, the job writes " \
+        "results/train/seed0/model again." in log
+    assert not (run / "model").exists() and folder_files(run / "model.kept")["model.safetensors"] == \
+        trained["model.safetensors"]

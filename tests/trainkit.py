@@ -91,3 +91,20 @@ def moved_summary(moved: dict[str, tuple[int, int]], reference: dict[str, tuple[
             "tensor_share": len(tensors) / len(trained),
             "element_share": elements / sum(reference[k][0] for k in trained),
             "all_tensors": len(moved), "any_change_tensors": sum(1 for n, _ in moved.values() if n)}
+
+
+def folder_files(folder: Path) -> dict[str, bytes]:
+    """Every file under ``folder`` (relative path -> bytes): two final folders compare whole."""
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(Path(folder).rglob("*")) if p.is_file()}
+
+
+def assert_same_final_folder(a: Path, b: Path, info: str = "olmpipe_train.json") -> None:
+    """``a`` and ``b`` hold the same files (names; the weights are compared by the caller) and their
+    ``info`` JSON files are equal but for ``from_checkpoint`` (which says how the folder was written):
+    a final folder written from a checkpoint records what the run that trained it recorded."""
+    x, y = folder_files(a), folder_files(b)
+    assert sorted(x) == sorted(y), (sorted(set(x) - set(y)), sorted(set(y) - set(x)))
+    if info in x:
+        ix, iy = (json.loads(v[info]) for v in (x, y))
+        ix.pop("from_checkpoint", None), iy.pop("from_checkpoint", None)
+        assert ix == iy

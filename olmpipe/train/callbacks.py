@@ -163,16 +163,20 @@ class RunState(TrainerCallback):
     ``save_total_limit`` is ``train.grpo.save_total_limit``; the trainer's own ``GRPOConfig`` gets
     None, so that transformers does not rotate before the new checkpoint is committed. A step whose
     checkpoint folder exists already (skipped as incomplete at the resume, or left by a later run)
-    first takes its old marker away (:func:`olmpipe.train.checkpoints.uncommit`).
+    first takes its old marker away (:func:`olmpipe.train.checkpoints.uncommit`). ``record``: more of
+    what trained the weights (reward names and weights, the dataset summary, LoRA's settings), which
+    a final model written from the checkpoint records (:func:`olmpipe.train.final.train_info`).
     """
 
     def __init__(self, seed: int, wandb_run_id: str | None, fingerprint: str | None = None,
-                 settings: dict[str, Any] | None = None, save_total_limit: int | None = None):
+                 settings: dict[str, Any] | None = None, save_total_limit: int | None = None,
+                 record: dict[str, Any] | None = None):
         self.seed = seed
         self.wandb_run_id = wandb_run_id
         self.fingerprint = fingerprint
         self.settings = settings
         self.save_total_limit = save_total_limit
+        self.record = record or {}
 
     def on_step_begin(self, args, state, control, **kwargs):
         from olmpipe.train.checkpoints import uncommit
@@ -187,7 +191,7 @@ class RunState(TrainerCallback):
         _wait_for_everyone()  # every rank's shards and RNG state are written
         if not state.is_world_process_zero or not folder.is_dir():
             return
-        payload = {"seed": self.seed, "step": state.global_step, "wandb_run_id": self.wandb_run_id,
+        payload = {**self.record, "seed": self.seed, "step": state.global_step, "wandb_run_id": self.wandb_run_id,
                    "fingerprint": self.fingerprint, "settings": self.settings}
         commit(folder, payload)
         rotate(args.output_dir, self.save_total_limit, keep=folder, protect=state.best_model_checkpoint)

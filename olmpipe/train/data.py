@@ -12,9 +12,12 @@ and ``rewards.bench.jsonl_regex``), are skipped and counted in :class:`DatasetSu
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import re
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -145,6 +148,23 @@ def build_examples(
         split, summary.pages, summary.tests, summary.skipped_no_tests, summary.skipped_filtered,
     )
     return examples, summary
+
+
+def training_set_id(examples: Sequence[PageExample]) -> dict[str, Any]:
+    """What identifies a training set in a run's settings (``training_set.*``, :mod:`olmpipe.train.resume`):
+    its page count and the SHA-256 of its pages in order, each with its test ids.
+
+    The order counts: TRL's sampler draws dataset indices, so a checkpoint's sampler position means
+    the same pages only on the same list. The hash covers what :func:`build_examples` kept, i.e.
+    after the page index (the difficulty filter's, when on), the split, ``train.max_pages`` and the
+    reward filters; not the images' pixels nor the tests' text (a test edited under its id).
+
+    >>> training_set_id([PageExample("a.pdf", 1, "p.png", ["t1"], ["x.jsonl"], ["present"])])["pages"]
+    1
+    """
+    rows = [[ex.pdf, ex.page, list(ex.test_ids)] for ex in examples]
+    text = json.dumps(rows, ensure_ascii=False, separators=(",", ":"))
+    return {"pages": len(rows), "sha256": hashlib.sha256(text.encode("utf-8")).hexdigest()}
 
 
 def check_generation_batch(pages: int, generation_batch_size: int, num_generations: int) -> None:

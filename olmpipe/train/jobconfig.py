@@ -27,10 +27,12 @@ def seed_config(config: Mapping[str, Any], seed: int) -> dict[str, Any]:
     out = {name: deepcopy(config[name]) for name in TRAIN_SECTIONS}
     out["train"]["seeds"] = [seed]
     out["train"]["seed_overrides"] = [o for o in out["train"]["seed_overrides"] if o["seed"] == seed]
-    if not out["train"]["difficulty"]["enabled"]:
-        # Off, the difficulty settings change nothing in training: a job config (and so a trained
-        # seed) stays what it was before they existed. On, they are part of the run's settings.
-        del out["train"]["difficulty"]
+    for section in ("difficulty", "peft"):
+        if not out["train"][section]["enabled"]:
+            # Off, the difficulty filter's and LoRA's settings change nothing in training: a job
+            # config (and so a trained seed) stays what it was before they existed, and editing
+            # them reruns nothing. On, they are part of the run's settings (olmpipe.train.resume).
+            del out["train"][section]
     return out
 
 

@@ -333,13 +333,15 @@ def write_merged_model(base_model: str | Path, adapter_dir: str | Path, out_dir:
     logger.info("merged %s into %s -> %s (float32)", adapter_dir, base_model, out_dir)
 
 
-def adapter_and_merged_writer(save_adapter: Callable[[Path], None], base_model: str | Path, final_dir: str | Path,
-                              is_main: bool, barrier: Callable[[], None]) -> Callable[[Path], None]:
-    """The ``save_weights`` of a LoRA run's final folder (:func:`olmpipe.train.run._write_final`).
+def adapter_and_merged_writer(save_adapter: Callable[[Path], None], processor: Any | None, base_model: str | Path,
+                              final_dir: str | Path, is_main: bool, barrier: Callable[[], None]) -> Callable[[Path], None]:
+    """The ``save_weights`` of a LoRA run's final folder (:func:`olmpipe.train.final.write_final`).
 
-    Every rank calls ``save_adapter`` (``trainer.save_model``: collective under ZeRO/FSDP) into a
-    staging folder, which becomes ``adapter/`` beside the final model; then the main process writes
-    the merged model into the final model's staging folder (published last, by the caller).
+    Every rank calls ``save_adapter`` (``trainer.save_model``: collective under ZeRO/FSDP, which
+    also writes the processor; or a checkpoint's adapter files, then ``processor`` is saved beside
+    them) into a staging folder, which becomes ``adapter/`` beside the final model; then the main
+    process writes the merged model into the final model's staging folder (published last, by the
+    caller).
     """
     from olmpipe.records.files import publish_dir, staging_dir, staging_path
 
@@ -358,14 +360,41 @@ def adapter_and_merged_writer(save_adapter: Callable[[Path], None], base_model: 
                 shutil.rmtree(staging, ignore_errors=True)
             raise
         if is_main:
+            if processor is not None:
+                processor.save_pretrained(str(staging))
             publish_dir(staging, adapter_dir)
             write_merged_model(base_model, adapter_dir, model_tmp)
 
     return save
 
 
+#: What a checkpoint holds of what ``trainer.save_model`` writes into ``adapter/`` besides the
+#: processor: PEFT's files (peft.utils.constants CONFIG_NAME, SAFETENSORS_WEIGHTS_NAME; the model
+#: card) and transformers' ``training_args.bin``; a finished run's adapter/ is made of these.
+ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors", "README.md", "training_args.bin")
+#: Of :data:`ADAPTER_FILES`, those a checkpoint may lack (a model card or arguments not written).
+OPTIONAL_ADAPTER_FILES = ("README.md", "training_args.bin")
+
+
 def copy_checkpoint_adapter(checkpoint: str | Path, out_dir: Path) -> None:
-    """Copy a checkpoint's adapter files (config + weights) into ``out_dir`` (a finished run's last checkpoint)."""
+    """Copy a checkpoint's adapter files (:data:`ADAPTER_FILES`) into ``out_dir`` (a finished run's last checkpoint)."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    for name in ("adapter_config.json", "adapter_model.safetensors"):
-        shutil.copy2(Path(checkpoint) / name, out_dir / name)
+    for name in ADAPTER_FILES:
+        if name not in OPTIONAL_ADAPTER_FILES or (Path(checkpoint) / name).exists():
+            shutil.copy2(Path(checkpoint) / name, out_dir / name)
+
+
+#: ``train.peft`` keys that change the adapter's tensors: a checkpoint's adapter fits only the same values.
+ADAPTER_SHAPE_KEYS = ("enabled", "r", "target_modules", "vision", "vision_target_modules", "modules_to_save", "dora")
+
+
+def adapter_shape_changes(stored: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:
+    """The ``train.peft`` keys among :data:`ADAPTER_SHAPE_KEYS` whose values differ between two run
+    settings (:func:`olmpipe.train.resume.run_settings`; LoRA off on one side counts as ``enabled``)."""
+    from olmpipe.train.resume import comparable
+
+    a, b = comparable(stored), comparable(current)
+    if a.get("train.peft.enabled", False) != b.get("train.peft.enabled", False):
+        return ["train.peft.enabled"]  # an adapter against none: the other keys follow
+    keys = [f"train.peft.{k}" for k in ADAPTER_SHAPE_KEYS]
+    return [k for k in keys if a.get(k, "<unset>") != b.get(k, "<unset>")]

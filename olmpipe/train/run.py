@@ -26,17 +26,14 @@ import contextlib
 import json
 import logging
 import os
-import shutil
 import uuid
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from olmpipe.architectures import publish_expert_layout
-from olmpipe.records.files import atomic_write, publish_dir, staging_dir, staging_path, write_json
-from olmpipe.records.metrics import METRICS_JSONL, final_metrics_path, truncate_metrics
-from olmpipe.records.models import TRAIN_INFO_NAME
-from olmpipe.records.train import DATASET_NAME, WANDB_ID_NAME
+from olmpipe.records.files import write_json
+from olmpipe.records.metrics import METRICS_JSONL, truncate_metrics
+from olmpipe.records.train import DATASET_NAME, KEPT_STATE_NAME, WANDB_ID_NAME
 from olmpipe.train.callbacks import (
     EXIT_PREEMPTED,
     CompletionsTable,
@@ -44,7 +41,15 @@ from olmpipe.train.callbacks import (
     RunState,
     StopOnSignal,
 )
-from olmpipe.train.resume import RUN_STATE_FILE, checkpoint_step, checkpoints, decide, move_aside
+from olmpipe.train.resume import (
+    RUN_STATE_FILE,
+    ResumeDecision,
+    ResumeMismatchError,
+    checkpoint_step,
+    checkpoints,
+    decide,
+    move_aside,
+)
 from olmpipe.train.runlock import ParentWatch, RunLock
 from olmpipe.train.signals import SignalFlag, StoppedBeforeTraining
 
@@ -92,12 +97,17 @@ def _barrier() -> None:
 def resolve_resume(resume: str, run_dir: str | Path, settings: dict[str, Any]) -> Path | None:
     """The checkpoint to continue from (see :mod:`olmpipe.train.resume`); rank 0 moves an old run
     aside when starting over, after every rank has decided."""
-    decision = decide(resume, run_dir, settings)
+    return _resolve(resume, run_dir, settings).checkpoint
+
+
+def _resolve(resume: str, run_dir: str | Path, settings: dict[str, Any],
+             final_dir: str | Path | None = None) -> ResumeDecision:
+    decision = decide(resume, run_dir, settings, final_dir=final_dir)
     _barrier()
     if decision.move_aside and _rank() == 0:
         move_aside(run_dir)
     _barrier()
-    return decision.checkpoint
+    return decision
 
 
 def _stored_run_id(checkpoint: Path) -> str | None:
@@ -134,43 +144,46 @@ def _init_wandb(cfg: Mapping[str, Any], run_dir: Path, run_id: str, seed: int) -
     )
 
 
-def _write_final(save_weights: Callable[[Path], None], processor: Any, final_dir: Path, info: dict[str, Any],
-                 is_main: bool, barrier: Callable[[], None], metrics: Path) -> None:
-    """Write the final model folder atomically (a half-written folder never carries the final name).
+def _check_adapter_shape(decision: ResumeDecision, settings: Mapping[str, Any], run_dir: Path) -> None:
+    """Refuse to go on from a state whose adapter has another shape than ``train.peft`` asks for
+    (``train.resume: continue`` or a checkpoint named explicitly): mid-run its adapter would not load
+    (:class:`olmpipe.train.peft.AdapterLoadError`), at its end the final model would be the old adapter
+    recorded as another. Checked before any model is loaded."""
+    from olmpipe.train.peft import adapter_shape_changes
 
-    Then a copy of the run's ``metrics`` file (empty when nothing was logged) goes beside it
-    (:func:`olmpipe.records.metrics.final_metrics_path`): the workflow declares that copy as an
-    output, while the live file beside the checkpoints stays undeclared so that a failed job's
-    cleanup never deletes what a resumed run continues.
-    """
-    tmp = staging_path(final_dir)  # made fresh by the main process, filled by every rank
-    if is_main:
-        staging_dir(final_dir)
-    barrier()
-    try:
-        save_weights(tmp)
-        if is_main:
-            publish_expert_layout(tmp)  # Qwen3-VL-MoE experts in the layout vLLM reads (no-op when dense)
-            processor.save_pretrained(str(tmp))
-            write_json(tmp / TRAIN_INFO_NAME, info)
-            publish_dir(tmp, final_dir)
-    except BaseException:
-        if is_main:  # no half-written staging folder stays behind (a rerun makes a fresh one anyway)
-            shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    if is_main:
-        atomic_write(final_metrics_path(final_dir), metrics.read_text(encoding="utf-8") if metrics.exists() else "")
-    barrier()
+    state = decision.checkpoint or decision.kept
+    if state is None:
+        return
+    path = state / RUN_STATE_FILE if decision.checkpoint is not None else state / KEPT_STATE_NAME
+    stored = json.loads(path.read_text(encoding="utf-8")).get("settings") if path.is_file() else None
+    changed = adapter_shape_changes(stored, settings) if isinstance(stored, dict) else []
+    if changed:
+        def value(side: Mapping[str, Any], key: str) -> Any:
+            return side.get(key, False if key == "train.peft.enabled" else "<unset>")  # off: left out
+
+        shown = ", ".join(f"{k}: {value(stored, k)!r} -> {value(settings, k)!r}" for k in changed)
+        raise ResumeMismatchError(
+            f"{state} holds an adapter of another shape ({shown}): a run can go on with other settings, not "
+            f"with another adapter. Set {', '.join(changed)} back, or start over (train.resume: restart; the old "
+            f"run is moved to {run_dir.name}.old-<time>/, not deleted).")
 
 
-def _peft_info(peft_cfg: Mapping[str, Any]) -> dict[str, Any]:
-    """What ``olmpipe_train.json`` says about LoRA: the settings and the adapter folder (empty for full training)."""
-    if not peft_cfg["enabled"]:
-        return {}
-    from olmpipe.train.peft import ADAPTER_DIR
+def _finish_from_kept(run_dir: Path, final_dir: Path, max_steps: int) -> int:
+    """Write the final model again from the run's kept copy (no checkpoint holds the run's end any
+    more: :mod:`olmpipe.train.final`); refused when ``max_steps`` asks for more training."""
+    from olmpipe.train.final import read_kept, republish
 
-    # model/ holds the base with the adapter merged; the adapter is the sibling folder ADAPTER_DIR.
-    return {"peft": dict(peft_cfg), "adapter_sibling": ADAPTER_DIR}
+    kept = read_kept(run_dir)
+    if 0 < max_steps and kept.step < max_steps:
+        raise ResumeMismatchError(
+            f"{kept.path} holds this run's final model at step {kept.step}, and no checkpoint is left to train on "
+            f"to max_steps {max_steps} (they were deleted). Set train.grpo.max_steps back to {kept.step} to write "
+            f"{final_dir} from it, or start over (train.resume: restart; the old run is moved to "
+            f"{run_dir.name}.old-<time>/, not deleted).")
+    if _rank() == 0:
+        truncate_metrics(run_dir, kept.step)
+    republish(kept, final_dir, _rank() == 0, _barrier, run_dir / METRICS_JSONL)
+    return 0
 
 
 def train_seed(
@@ -242,12 +255,13 @@ def _train_locked(
     from olmpipe.modelload import load_model_and_processor
     from olmpipe.rewards import build_rewards
     from olmpipe.train.args import grpo_config, grpo_knobs, resolve_device
-    from olmpipe.train.data import build_examples, check_generation_batch, to_dataset
+    from olmpipe.train.data import build_examples, check_generation_batch, to_dataset, training_set_id
+    from olmpipe.train.final import copy_training_args, stored_peft, train_info, write_final
     from olmpipe.train.health import RewardErrors, StopOnNonFinite, StopOnRewardErrors
     from olmpipe.train.peft import check_model, check_setup, lora_config, quantization_config
     from olmpipe.train.precision import resolve_precision, restore_fp32_masters, save_final_weights
     from olmpipe.train.preflight import check_job
-    from olmpipe.train.resume import run_settings, trajectory_fingerprint
+    from olmpipe.train.resume import comparable, run_settings, trajectory_fingerprint
     from olmpipe.train.trainer import ResumableGRPOTrainer, load_checkpoint_weights
     from olmpipe.train.vllm_server import (
         ManagedVLLMServer,
@@ -277,20 +291,25 @@ def _train_locked(
     init_distributed(knobs["ddp_timeout"])
     peft_cfg = tcfg["peft"]
     check_setup(peft_cfg, device, knobs)
-    settings = run_settings(cfg, seed, str(model_path), _world_size(), knobs=knobs)
+    # The training set first: its identity is a run setting (a resume on other pages stops).
+    examples, summary = build_examples(
+        pages, tests_dir, split="train", types=rcfg["bench"]["types"], jsonl_regex=rcfg["bench"]["jsonl_regex"],
+        reference_candidate=rcfg["reference_candidate"], max_pages=tcfg["max_pages"],
+    )
+    settings = run_settings(cfg, seed, str(model_path), _world_size(), knobs=knobs,
+                            training_set=training_set_id(examples))
     fingerprint = trajectory_fingerprint(settings)
-    checkpoint = resolve_resume(tcfg["resume"], run_dir, settings)
+    decision = _resolve(tcfg["resume"], run_dir, settings, final_dir)
+    checkpoint = decision.checkpoint
+    max_steps = knobs["max_steps"]
+    _check_adapter_shape(decision, settings, run_dir)
+    if decision.kept is not None:
+        return _finish_from_kept(run_dir, final_dir, max_steps)
     step = checkpoint_step(checkpoint) if checkpoint is not None else 0
     if checkpoint is not None:
         logger.info("resuming from %s (step %d)", checkpoint, step)
     if _rank() == 0:
         truncate_metrics(run_dir, step)
-
-    examples, summary = build_examples(
-        pages, tests_dir, split="train", types=rcfg["bench"]["types"], jsonl_regex=rcfg["bench"]["jsonl_regex"],
-        reference_candidate=rcfg["reference_candidate"], max_pages=tcfg["max_pages"],
-    )
-    if _rank() == 0:
         write_json(run_dir / DATASET_NAME, summary.to_dict())
     dataset = to_dataset(examples)
     eval_dataset = None
@@ -322,29 +341,6 @@ def _train_locked(
         check_model(peft_cfg, model, knobs)
         peft_config = lora_config(peft_cfg, model.config.model_type)
 
-    max_steps = knobs["max_steps"]
-    if checkpoint is not None and 0 < max_steps <= step:
-        # The checkpoint already holds the whole run: training on would pass max_steps (and rotate
-        # older checkpoints away). Its weights become the final model (a DeepSpeed checkpoint's float32
-        # masters, not its bf16 module copy).
-        logger.info("%s is at step %d of max_steps %d: writing the final model from it", checkpoint, step, max_steps)
-        info = {"seed": seed, "base_model": str(model_path), "steps": step, "wandb_run_id": _stored_run_id(checkpoint),
-                "dataset": summary.to_dict(), "from_checkpoint": checkpoint.name}
-        if peft_config is not None:
-            from olmpipe.train.peft import adapter_and_merged_writer, copy_checkpoint_adapter
-
-            save_weights = adapter_and_merged_writer(
-                lambda path: copy_checkpoint_adapter(checkpoint, path) if _rank() == 0 else None,
-                model_path, final_dir, _rank() == 0, _barrier)
-        else:
-            # only rank 0 writes; a DeepSpeed checkpoint written on a stop has no weights copy
-            if _rank() == 0 and not restore_fp32_masters(model, checkpoint):
-                load_checkpoint_weights(model, checkpoint)
-            save_weights = lambda path: model.save_pretrained(str(path)) if _rank() == 0 else None
-        _write_final(save_weights, processor, final_dir, {**info, **_peft_info(peft_cfg)}, _rank() == 0, _barrier,
-                     run_dir / METRICS_JSONL)
-        return 0
-
     rewards = None
     if reward_funcs is None:
         eos = model.generation_config.eos_token_id
@@ -352,9 +348,49 @@ def _train_locked(
         rewards = build_rewards(rcfg, tokenizer=processor, extra_eos_ids=extra_eos)
         reward_funcs, reward_weights = rewards.funcs, rewards.weights
     weights = list(reward_weights) if reward_weights is not None else [1.0] * len(reward_funcs)
+    names = [getattr(f, "__name__", type(f).__name__) for f in reward_funcs]
+    # what trained the weights, beside the settings in every checkpoint (a final model written from it says so)
+    peft_info = dict(peft_cfg) if peft_cfg["enabled"] else None
+    record = {"reward_names": names, "reward_weights": weights, "dataset": summary.to_dict(), "peft": peft_info}
+
+    if checkpoint is not None and 0 < max_steps <= step:
+        # The checkpoint already holds the whole run: training on would pass max_steps (and rotate
+        # older checkpoints away). Its weights become the final model (a DeepSpeed checkpoint's float32
+        # masters, not its bf16 module copy), recorded with what the checkpoint stored of its run.
+        logger.info("%s is at step %d of max_steps %d: writing the final model from it", checkpoint, step, max_steps)
+        if rewards is not None:
+            rewards.close()
+        stored = json.loads((checkpoint / RUN_STATE_FILE).read_text(encoding="utf-8"))
+        # what trained these weights: the checkpoint's record (older checkpoints: the rewards and
+        # dataset of today's config, as before the record existed)
+        info = train_info(seed=seed, base_model=model_path, steps=step, reward_names=stored.get("reward_names", names),
+                          reward_weights=stored.get("reward_weights", weights),
+                          wandb_run_id=stored.get("wandb_run_id"), dataset=stored.get("dataset", record["dataset"]),
+                          peft=stored_peft(stored), from_checkpoint=checkpoint.name)
+        state = {"steps": step, "settings": comparable(stored.get("settings") or settings)}
+        if peft_config is not None:
+            from olmpipe.train.peft import adapter_and_merged_writer, copy_checkpoint_adapter
+
+            save_weights = adapter_and_merged_writer(
+                lambda path: copy_checkpoint_adapter(checkpoint, path) if _rank() == 0 else None,
+                processor, model_path, final_dir, _rank() == 0, _barrier)
+        else:
+            # only rank 0 writes; a DeepSpeed checkpoint written on a stop has no weights copy
+            if _rank() == 0 and not restore_fp32_masters(model, checkpoint):
+                load_checkpoint_weights(model, checkpoint)
+
+            def save_weights(path: Path) -> None:
+                if _rank() == 0:
+                    model.save_pretrained(str(path))
+                    copy_training_args(checkpoint, path)
+
+        write_final(save_weights, processor, final_dir, info, _rank() == 0, _barrier, run_dir / METRICS_JSONL,
+                    run_dir, state)
+        return 0
+
     # every reward reports the completions it could not score (olmpipe.train.health)
     reward_errors = RewardErrors()
-    weighted = [getattr(f, "__name__", type(f).__name__) for f, w in zip(reward_funcs, weights, strict=True) if w]
+    weighted = [name for name, w in zip(names, weights, strict=True) if w]
 
     wandb_on = tcfg["wandb"]["mode"] != "disabled"
     run_id = _wandb_run_id(run_dir, checkpoint) if wandb_on and _rank() == 0 else None
@@ -380,8 +416,8 @@ def _train_locked(
         failing = StopOnRewardErrors(reward_errors, weighted, tcfg["reward_error_steps"], trainer)
         for callback in (StopOnNonFinite(trainer), MetricsFiles(run_dir),
                          CompletionsTable(trainer, run_dir, tcfg["completions_every"]),
-                         RunState(seed, run_id, fingerprint, settings, knobs.get("save_total_limit")), stopper,
-                         failing):
+                         RunState(seed, run_id, fingerprint, settings, knobs.get("save_total_limit"), record),
+                         stopper, failing):
             trainer.add_callback(callback)
         flag.end_loading()  # from here a SIGTERM checkpoints after the current step (StopOnSignal)
         trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint is not None else None)
@@ -393,18 +429,17 @@ def _train_locked(
             if wandb_run is not None:
                 wandb_run.mark_preempting()
             return EXIT_PREEMPTED
-        info = {"seed": seed, "base_model": str(model_path), "steps": trainer.state.global_step,
-                "reward_names": [getattr(f, "__name__", type(f).__name__) for f in reward_funcs],
-                "reward_weights": weights, "wandb_run_id": run_id, "dataset": summary.to_dict(),
-                **_peft_info(peft_cfg)}
+        info = train_info(seed=seed, base_model=model_path, steps=trainer.state.global_step, reward_names=names,
+                          reward_weights=weights, wandb_run_id=run_id, dataset=record["dataset"], peft=peft_info)
         main, barrier = trainer.accelerator.is_main_process, trainer.accelerator.wait_for_everyone
         save_weights = lambda path: save_final_weights(trainer, path)
         if peft_config is not None:
             from olmpipe.train.peft import adapter_and_merged_writer
 
             # the adapter (float32 masters under DeepSpeed too), then the base with it merged
-            save_weights = adapter_and_merged_writer(save_weights, model_path, final_dir, main, barrier)
-        _write_final(save_weights, processor, final_dir, info, main, barrier, run_dir / METRICS_JSONL)
+            save_weights = adapter_and_merged_writer(save_weights, None, model_path, final_dir, main, barrier)
+        write_final(save_weights, processor, final_dir, info, main, barrier, run_dir / METRICS_JSONL, run_dir,
+                    {"steps": trainer.state.global_step, "settings": settings})
         logger.info("finished seed %d at step %d; final model in %s", seed, trainer.state.global_step, final_dir)
         return 0
     finally:

@@ -33,8 +33,11 @@ from olmpipe.layout import (
     model_dir,
     model_input,
     plot_path,
+    train_run_dir,
     validate_outputs,
 )
+from olmpipe.plan import checked_launch_prefix
+from olmpipe.train.resume import ResumeMismatchError, check_workflow_resume
 
 # With synth.enabled, bench.dir becomes the synthetic bench (training) and the real bench the eval
 # bench (olmpipe.layout.bench_section, which the olmpipe commands apply too); every rule below
@@ -101,3 +104,22 @@ def rasterize_input(wildcards):
             files = PDF_FILES[bench.pages]
         pdfs += [pdf_path_for(bench.dir, stem, pdf) for stem, pdf in files.items()]
     return pdfs
+
+
+def train_launch(wildcards, resources):
+    """The launch prefix of a train_seed job (olmpipe.plan.checked_launch_prefix: the memory plan,
+    batch arithmetic and stop grace are checked first), once its run folder is known to resume
+    (olmpipe.train.resume.check_workflow_resume): with train.resume: auto, a run folder whose last
+    checkpoint or kept final model was trained with other settings stops Snakemake here, while the
+    DAG is built, before it deletes the seed's model/ to rerun the job. The job compares again, the
+    training set included."""
+    gpus = resources.gpu
+    prefix = checked_launch_prefix(
+        config, gpus, MODEL_DIR, getattr(resources, "slurm_extra", None)
+    )
+    seed = int(wildcards.seed)
+    try:
+        check_workflow_resume(config, seed, MODEL_DIR, gpus, train_run_dir(seed))
+    except ResumeMismatchError as exc:
+        raise WorkflowError(f"train_seed (seed {seed}): {exc}") from None
+    return prefix

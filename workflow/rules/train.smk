@@ -6,7 +6,6 @@
 # (Snakemake deletes the outputs of failed jobs), so running the job again resumes (`train.resume:
 # auto`). A job stopped by SIGTERM checkpoints and exits with code 75.
 from olmpipe.launch.slurm import slurm_node_resources
-from olmpipe.plan import checked_launch_prefix
 from olmpipe.train.jobconfig import seed_config_json
 
 
@@ -51,10 +50,10 @@ rule train_seed:
         # accelerate config of resources.train.strategy, or srun with one launcher per node. The
         # memory plan is checked first (olmpipe/plan.py): a job that cannot fit in
         # resources.train.gpu_memory_gb, or whose checkpoint cannot be written within the stop grace
-        # or the profile's --signal lead (slurm_extra), stops Snakemake before anything is submitted.
-        launch=lambda wildcards, resources: checked_launch_prefix(
-            config, resources.gpu, MODEL_DIR, getattr(resources, "slurm_extra", None)
-        ),
+        # or the profile's --signal lead (slurm_extra), stops Snakemake before anything is submitted;
+        # so does a seed whose run folder was trained with other settings (train.resume: auto),
+        # before Snakemake deletes its model/ (common.smk train_launch).
+        launch=train_launch,
         # Editing the trainer, rewards or prompt code retrains every seed (not the bench engine:
         # see olmpipe/codeversion.py, RULE_CODE).
         code=rule_code_version("train_seed"),
