@@ -433,6 +433,12 @@ def test_sections_that_are_off_are_ignored_on_both_sides():
               "train.difficulty.samples": None}
     assert changed_keys(stored, off) == [] and changed_keys(off, stored) == []
     assert "train.peft.enabled" in changed_keys(stored, {**off, "train.peft.enabled": True, "train.peft.r": 32})
+    # the vision tower's targets count only with train.peft.vision on (their default became null in 2c37768)
+    lora = run_settings(load_config(overrides={"train": {"peft": {"enabled": True}}}), 0, "m")
+    listed = {**lora, "train.peft.vision_target_modules": ["qkv", "proj", "gate_proj", "up_proj", "down_proj"]}
+    assert changed_keys(listed, lora) == []
+    vision = {**lora, "train.peft.vision": True}
+    assert changed_keys({**listed, "train.peft.vision": True}, vision) == ["train.peft.vision_target_modules"]
 
 
 def test_renamed_checkpointing_knob_reaches_older_transformers():
@@ -490,3 +496,37 @@ def test_disable_dropout_changes_nothing_for_qwen25_vl(tiny_model_dir):
         assert not [n for n, m in model.named_modules() if isinstance(m, torch.nn.Dropout)]
         assert model.config.text_config.attention_dropout == 0.0
     assert load_config()["train"]["grpo"]["disable_dropout"] is True  # olmpipe's documented default
+
+
+def test_the_workflow_checks_a_resume_before_snakemake_deletes_anything(tmp_path):
+    """check_workflow_resume (common.smk's train_launch, while the DAG is built) compares the seed's
+    job settings with its run folder's last state, a checkpoint or the kept final model: a changed
+    trajectory key stops naming it and saying that nothing was deleted; the training set is left to
+    the job; `continue`, `restart` and a run folder without a state pass."""
+    from olmpipe.train.jobconfig import seed_config_json
+    from olmpipe.train.resume import ResumeMismatchError, check_workflow_resume
+
+    cfg = load_config()
+    job = load_config(overrides=json.loads(seed_config_json(cfg, 0)))
+    stored = {**run_settings(job, 0, "results/model/tiny", 1), **PAGES}
+    run = tmp_path / "seed0"
+    check_workflow_resume(cfg, 0, "results/model/tiny", 0, run)  # nothing there yet
+    _fake_checkpoint(run, 2, stored)
+    check_workflow_resume(cfg, 0, "results/model/tiny", 0, run)
+    faster = load_config(overrides={"train": {"grpo": {"learning_rate": 0.5}}})
+    with pytest.raises(ResumeMismatchError, match=r"checkpoint-2 was trained with other settings \(train\.grpo\."
+                       r"learning_rate: 1e-05 -> 0\.5\)\. Snakemake stopped before running any job: nothing was "
+                       r"deleted or changed\. Either continue"):
+        check_workflow_resume(faster, 0, "results/model/tiny", 0, run)
+    for resume in ("continue", "restart"):
+        check_workflow_resume(load_config(overrides={"train": {"resume": resume, "grpo": {"learning_rate": 0.5}}}),
+                              0, "results/model/tiny", 0, run)
+    # the kept final model, once the checkpoints are gone (olmpipe.train.final)
+    (run / "checkpoint-2" / RUN_STATE_FILE).unlink()
+    kept = run / "model.kept"
+    kept.mkdir()
+    (kept / "olmpipe_train.json").write_text(json.dumps({"steps": 4, "settings": stored}))
+    check_workflow_resume(cfg, 0, "results/model/tiny", 0, run)
+    with pytest.raises(ResumeMismatchError, match=r"model\.kept \(the run's kept final model\) was trained with "
+                       r"other settings \(train\.grpo\.learning_rate"):
+        check_workflow_resume(faster, 0, "results/model/tiny", 0, run)

@@ -78,6 +78,9 @@ NOT_TRAJECTORY_BENCH = ("processes", "timeout_s", "memory_mb")
 OPTIONAL_SECTIONS = (("train.peft.enabled", "train.peft."), ("train.difficulty.enabled", "train.difficulty."))
 #: LoRA keys that matter only with ``train.peft.quantization`` (QLoRA) set.
 QUANTIZATION_KEYS = ("train.peft.quant_type", "train.peft.double_quant")
+#: The vision tower's LoRA targets, which matter only with ``train.peft.vision`` on (its default
+#: changed from Qwen2.5-VL's list to null, the architecture's names, in 2c37768).
+VISION_TARGETS_KEY = "train.peft.vision_target_modules"
 #: Rewards that read ``rewards.max_chars``; with none of them selected it is not compared.
 MAX_CHARS_REWARDS = ("edit_distance", "medoid")
 #: Keys that checkpoints written before the key existed lack, and the value every run had then: such a
@@ -161,8 +164,9 @@ def comparable(settings: Mapping[str, Any]) -> dict[str, Any]:
     """``settings`` without what cannot change the trajectory as set: a section that is off
     (:data:`OPTIONAL_SECTIONS`: LoRA and the difficulty filter, so that runs trained before they
     existed resume unchanged), QLoRA's keys without quantization, ``rewards.max_chars`` without a
-    reward that reads it. Applied to the stored side too, so a checkpoint that recorded such keys
-    compares equal to settings that leave them out."""
+    reward that reads it, the vision tower's LoRA targets without ``train.peft.vision``. Applied to
+    the stored side too, so a checkpoint that recorded such keys compares equal to settings that
+    leave them out."""
     out = dict(settings)
     for switch, prefix in OPTIONAL_SECTIONS:
         if out.get(switch) is False:
@@ -170,6 +174,8 @@ def comparable(settings: Mapping[str, Any]) -> dict[str, Any]:
     if out.get("train.peft.quantization") == "none":
         for key in QUANTIZATION_KEYS:
             out.pop(key, None)
+    if out.get("train.peft.vision") is False:
+        out.pop(VISION_TARGETS_KEY, None)
     if all(out.get(f"rewards.weights.{name}") is None for name in MAX_CHARS_REWARDS):
         out.pop("rewards.max_chars", None)
     return out
