@@ -296,6 +296,8 @@ def _fake_checkpoint(run_dir, step, settings):
     folder = run_dir / f"checkpoint-{step}"
     folder.mkdir(parents=True)
     save_file({"w": torch.zeros(2)}, str(folder / "model.safetensors"))  # the weights a resume loads
+    if settings.get("train.peft.enabled"):  # a LoRA run's: its adapter
+        save_file({"w": torch.zeros(2)}, str(folder / "adapter_model.safetensors"))
     (folder / "trainer_state.json").write_text(json.dumps({"global_step": step}))
     (folder / RUN_STATE_FILE).write_text(json.dumps({"settings": settings, "wandb_run_id": "abc"}))
     return folder
@@ -525,7 +527,7 @@ def test_the_workflow_checks_a_resume_before_snakemake_deletes_anything(tmp_path
     (run / "checkpoint-2" / RUN_STATE_FILE).unlink()
     kept = run / "model.kept"
     kept.mkdir()
-    (kept / "olmpipe_train.json").write_text(json.dumps({"steps": 4, "settings": stored}))
+    (kept / "olmpipe_kept.json").write_text(json.dumps({"steps": 4, "settings": stored}))
     check_workflow_resume(cfg, 0, "results/model/tiny", 0, run)
     with pytest.raises(ResumeMismatchError, match=r"model\.kept \(the run's kept final model\) was trained with "
                        r"other settings \(train\.grpo\.learning_rate"):

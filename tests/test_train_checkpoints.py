@@ -153,8 +153,8 @@ def test_a_checkpoint_written_again_loses_its_old_marker_first(tmp_path):
 
 def test_no_staging_folder_stays_behind_when_the_final_model_fails(tmp_path, tiny_model_dir):
     """Probe F5: a failure while the final folders were written left adapter.tmp/ and model.tmp/."""
+    from olmpipe.train.final import write_final
     from olmpipe.train.peft import adapter_and_merged_writer
-    from olmpipe.train.run import _write_final
 
     final = tmp_path / "seed0" / "model"
     final.parent.mkdir()
@@ -163,9 +163,9 @@ def test_no_staging_folder_stays_behind_when_the_final_model_fails(tmp_path, tin
         (Path(path) / "half.safetensors").write_bytes(b"x")
         raise FileNotFoundError("checkpoint-4/adapter_model.safetensors")
 
-    save = adapter_and_merged_writer(fails, tiny_model_dir, final, True, lambda: None)
+    save = adapter_and_merged_writer(fails, None, tiny_model_dir, final, True, lambda: None)
     with pytest.raises(FileNotFoundError):
-        _write_final(save, None, final, {}, True, lambda: None, tmp_path / "metrics.jsonl")
+        write_final(save, None, final, {}, True, lambda: None, tmp_path / "metrics.jsonl", final.parent, {})
     assert sorted(p.name for p in final.parent.iterdir()) == []
 
 

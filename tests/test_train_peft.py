@@ -337,6 +337,7 @@ def test_a_lora_checkpoint_without_its_adapter_is_skipped_and_the_run_finishes_f
     shutil.copytree(lora_runs["full"][0], run)
     shutil.rmtree(run / "model")
     shutil.rmtree(run / "adapter")
+    shutil.rmtree(run / "model.kept")  # as the probe's run (before the kept copy): the checkpoints alone
     marker = json.loads((run / "checkpoint-4" / RUN_STATE_FILE).read_text())
     del marker[FILES_KEY]
     (run / "checkpoint-4" / RUN_STATE_FILE).write_text(json.dumps(marker))

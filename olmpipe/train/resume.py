@@ -332,12 +332,12 @@ def check_workflow_resume(cfg: Mapping[str, Any], seed: int, model_path: str | P
     from olmpipe.process_plan import plan
     from olmpipe.train.jobconfig import seed_config_json
 
-    job = validate_config(json.loads(seed_config_json(cfg, seed)))
-    if job["train"]["resume"] != "auto":
+    if cfg["train"]["resume"] != "auto":
         return
     state = last_state(run_dir, warn=False)
-    if state is None:
+    if state is None:  # nothing to resume (every fresh plan): the job's config is not even read
         return
+    job = validate_config(json.loads(seed_config_json(cfg, seed)))
     res = cfg["resources"]["train"]
     world_size = plan(gpus, res["launcher"], res["vllm_server_gpus"], res["strategy"], res["nodes"]).train_processes
     settings = run_settings(job, seed, str(model_path), world_size)
