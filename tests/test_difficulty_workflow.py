@@ -7,13 +7,13 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-import sys
 from copy import deepcopy
 from pathlib import Path
 
 import pytest
 import yaml
 from benchdata import REPO, make_small_bench, sample_records, write_jsonl
+from support import workflow
 
 pytestmark = pytest.mark.slow
 
@@ -30,27 +30,11 @@ CONFIG = {
 
 
 def snakemake(workdir: Path, *args: str) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "-d", str(workdir),
-           "--cores", "2", "--nolock", *args]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, check=False)
-    assert proc.returncode == 0, f"snakemake failed ({proc.returncode}):\n{proc.stdout[-5000:]}\n{proc.stderr[-5000:]}"
-    return proc
+    return workflow.snakemake(workdir, *args, cores=2)
 
 
 def job_counts(proc: subprocess.CompletedProcess) -> dict[str, int]:
-    """Rule -> jobs of Snakemake's "Job stats" table, without the target rules."""
-    text = proc.stdout + proc.stderr
-    if "Nothing to be done" in text:
-        return {}
-    counts = {}
-    for line in text.split("Job stats:", 1)[1].splitlines()[3:]:
-        match = re.match(r"^(\S+)\s+(\d+)$", line.strip())
-        if not match:
-            break
-        counts[match[1]] = int(match[2])
-    for target in ("total", "difficulty", "train"):
-        counts.pop(target, None)
-    return counts
+    return workflow.job_counts(proc, ("difficulty", "train"))
 
 
 def write_config(workdir: Path, **changes) -> None:

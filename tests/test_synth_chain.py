@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 from support.browser import chromium_available
 from support.leftovers import run_marked
+from support.workflow import snakemake
 
 from olmpipe.cli import COMMANDS
 from olmpipe.layout import SYNTH_BENCH_DIR, bench_section
@@ -21,13 +21,6 @@ from olmpipe.synth.chain import stage_params
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE = REPO / "data/bench/olmocr-sample"
 
-
-def snakemake(workdir: Path, *args: str) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "-d", str(workdir),
-           "--cores", "1", "--nolock", *args]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
-    assert proc.returncode == 0, f"snakemake failed:\n{proc.stdout}\n{proc.stderr}"
-    return proc
 
 
 def write_config(workdir: Path, enabled: bool, html_dir: Path = REPO / "data/synth", longest_side: int = 48) -> None:

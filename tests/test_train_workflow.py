@@ -6,38 +6,20 @@ import json
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 from benchdata import REPO, make_small_bench
+from support import workflow
+from support.workflow import job_counts
 from trainkit import folder_files
 
 pytestmark = pytest.mark.slow
 
 
 def snakemake(workdir: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "-d", str(workdir),
-           "--cores", "2", "--nolock", *args]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, check=False)
-    if check:
-        assert proc.returncode == 0, f"snakemake failed ({proc.returncode}):\n{proc.stdout[-5000:]}\n{proc.stderr[-5000:]}"
-    return proc
-
-
-def job_counts(proc: subprocess.CompletedProcess) -> dict[str, int]:
-    text = proc.stdout + proc.stderr
-    if "Nothing to be done" in text:
-        return {}
-    counts = {}
-    for line in text.split("Job stats:", 1)[1].splitlines()[3:]:
-        match = re.match(r"^(\S+)\s+(\d+)$", line.strip())
-        if not match:
-            break
-        counts[match[1]] = int(match[2])
-    counts.pop("total", None)
-    return counts
+    return workflow.snakemake(workdir, *args, cores=2, check=check)
 
 
 def test_olmocr2_plan_lists_six_gpu_seeds_and_the_soup(tmp_path):

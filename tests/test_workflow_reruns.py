@@ -7,7 +7,6 @@ Each test builds a fresh working directory with its own bench and config, runs t
 from __future__ import annotations
 
 import json
-import re
 import shutil
 import subprocess
 import sys
@@ -15,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from benchdata import REPO, SAMPLE, make_corrupt_pdf, make_small_bench, sample_records, write_jsonl
+from support.workflow import job_counts, snakemake
 
 pytestmark = pytest.mark.slow
 
@@ -29,30 +29,6 @@ validate:
 """
 
 
-def snakemake(workdir: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-    """Run the repository's Snakefile in ``workdir`` (the same Python as the tests)."""
-    cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "-d", str(workdir),
-           "--cores", "1", "--nolock", *args]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
-    if check and proc.returncode != 0:
-        raise AssertionError(f"snakemake failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
-    return proc
-
-
-def job_counts(proc: subprocess.CompletedProcess) -> dict[str, int]:
-    """The "Job stats" table Snakemake prints before running: rule -> number of jobs."""
-    text = proc.stdout + proc.stderr
-    if "Nothing to be done" in text:
-        return {}
-    table = text.split("Job stats:", 1)[1]
-    counts = {}
-    for line in table.splitlines()[3:]:
-        match = re.match(r"^(\S+)\s+(\d+)$", line.strip())
-        if not match:
-            break
-        counts[match[1]] = int(match[2])
-    counts.pop("total", None)
-    return counts
 
 
 def write_config(workdir: Path, longest_side: int = 48, on_error: str = "error") -> None:
