@@ -224,7 +224,7 @@ def check_zero2(setup: dict[str, Path], device: str) -> list[dict[str, Any]]:
 def _probe_shape(device: str) -> tuple[dict[str, Any], int, int]:
     """(config.json fields, page pixels, completion tokens) of the probe: Qwen2.5-VL-7B on a GPU, a
     model of the same structure with tiny widths on the CPU (head size kept: Qwen2.5-VL's mrope)."""
-    from olmpipe.plan import KNOWN_MODELS
+    from olmpipe.known_models import KNOWN_MODELS
 
     fields = dict(KNOWN_MODELS["Qwen/Qwen2.5-VL-7B-Instruct"])
     if device == "cuda":

@@ -178,9 +178,9 @@ def _model_problems(config: Mapping[str, Any]) -> list[str]:
     """``model.path`` of an unsupported architecture (:func:`olmpipe.architectures.model_problems`),
     a model folder with a ``config.json`` that cannot be loaded (:func:`olmpipe.modelfolder.folder_problem`:
     no weights, a missing shard, tokenizer, processor settings or chat template), and vLLM context
-    lengths too short for a page of the model's architecture (:func:`olmpipe.plan.context_problems`),
+    lengths too short for a page of the model's architecture (:func:`olmpipe.vllm_context.context_problems`),
     where the model's image processor is known: the embedded model's architecture, a model folder (a hub id's download folder once it exists, or its
-    Hugging Face cache), or a hub id of :data:`olmpipe.plan.KNOWN_MODELS`."""
+    Hugging Face cache), or a hub id of :data:`olmpipe.known_models.KNOWN_MODELS`."""
     from olmpipe.architectures import (
         ARCHITECTURES,
         architecture_of,
@@ -188,7 +188,8 @@ def _model_problems(config: Mapping[str, Any]) -> list[str]:
         model_config,
         model_problems,
     )
-    from olmpipe.plan import KNOWN_MODELS, context_problems
+    from olmpipe.known_models import KNOWN_MODELS
+    from olmpipe.vllm_context import context_problems
 
     model = config.get("model")
     if not isinstance(model, Mapping) or "path" not in model:

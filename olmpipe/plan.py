@@ -35,7 +35,6 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import MappingProxyType
 from typing import Any
 
 from olmpipe.architectures import (
@@ -51,11 +50,13 @@ from olmpipe.architectures import (
     read_model_config,
 )
 from olmpipe.checkpoint_plan import CheckpointPlan, ProfileError, checkpoint_plan, profile_slurm_extra
+from olmpipe.known_models import KNOWN_MODELS
 from olmpipe.launch.commands import launch_prefix
 from olmpipe.process_plan import DEEPSPEED_STRATEGIES, LaunchError, LaunchPlan, plan
 from olmpipe.prompts import PROMPT_TEXT_TOKENS
 from olmpipe.train.precision import Precision, resolve_precision
 from olmpipe.train.vllm_server import collective_timeout_problem
+from olmpipe.vllm_context import context_problems
 
 logger = logging.getLogger(__name__)
 
@@ -68,72 +69,6 @@ RUNTIME_RESERVE_GIB = 2.0
 #: Bytes per parameter of vLLM's weights and per KV cache value (bf16, vLLM's ``dtype: auto`` on
 #: Qwen VL checkpoints).
 VLLM_BYTES = 2
-
-_VISION_QWEN25 = {"depth": 32, "hidden_size": 1280, "intermediate_size": 3420, "num_heads": 16, "in_chans": 3,
-                  "patch_size": 14, "spatial_merge_size": 2, "temporal_patch_size": 2}
-
-
-def _qwen25_vl(hidden: int, intermediate: int, layers: int, heads: int, kv_heads: int, vocab: int,
-               tied: bool) -> Mapping[str, Any]:
-    return MappingProxyType({
-        "model_type": "qwen2_5_vl", "hidden_size": hidden, "intermediate_size": intermediate,
-        "num_hidden_layers": layers, "num_attention_heads": heads, "num_key_value_heads": kv_heads,
-        "vocab_size": vocab, "tie_word_embeddings": tied, "max_position_embeddings": 128000,
-        "vision_config": {**_VISION_QWEN25, "out_hidden_size": hidden},
-    })
-
-
-_QWEN25_VL_3B = _qwen25_vl(2048, 11008, 36, 16, 2, 151936, True)
-_QWEN25_VL_7B = _qwen25_vl(3584, 18944, 28, 28, 4, 152064, False)
-_QWEN25_VL_32B = _qwen25_vl(5120, 27648, 64, 40, 8, 152064, False)
-_QWEN25_VL_72B = _qwen25_vl(8192, 29568, 80, 64, 8, 152064, False)
-
-#: Qwen3-VL-8B/30B-A3B's vision tower (their config.json vision_config; the 8B's out_hidden_size
-#: 4096, the 30B-A3B's 2048). Sources: jax-ml/bonsai bonsai/models/qwen3_vl/modeling.py
-#: (Qwen3VLVisionConfig.qwen3vl_8b, commit 73d300e) and hyper_parallel's qwen3_vl_moe registration
-#: (_VISION_DEFAULTS), both transcribing the published config.json.
-_VISION_QWEN3 = {"depth": 27, "hidden_size": 1152, "intermediate_size": 4304, "num_heads": 16, "in_channels": 3,
-                 "patch_size": 16, "spatial_merge_size": 2, "temporal_patch_size": 2,
-                 "num_position_embeddings": 2304, "deepstack_visual_indexes": [8, 16, 24]}
-#: Qwen/Qwen3-VL-8B-Instruct's config.json (text: jax-ml/bonsai Qwen3VLTextConfig.qwen3vl_8b and
-#: nvidia/Cosmos-Reason2-8B's config.json, a Qwen3-VL-8B fine-tune; 8,767,123,696 parameters,
-#: the "8.77B" of the model card).
-_QWEN3_VL_8B = MappingProxyType({
-    "model_type": "qwen3_vl", "tie_word_embeddings": False,
-    "text_config": {"hidden_size": 4096, "intermediate_size": 12288, "num_hidden_layers": 36,
-                    "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 151936,
-                    "max_position_embeddings": 262144, "tie_word_embeddings": False},
-    "vision_config": {**_VISION_QWEN3, "out_hidden_size": 4096},
-})
-#: Qwen/Qwen3-VL-30B-A3B-Instruct's config.json: 48 layers of 128 experts (8 per token, 768 wide),
-#: attention 32 x 128 with 4 KV heads (hyper_parallel's qwen3_vl_moe _DEFAULTS; the Megatron
-#: arguments of Qwen3-VL-30B-A3B-Instruct: --num-layers 48 --hidden-size 2048 --num-query-groups 4
-#: --kv-channels 128 --moe-ffn-hidden-size 768 --moe-router-topk 8 --num-experts 128).
-_QWEN3_VL_30B_A3B = MappingProxyType({
-    "model_type": "qwen3_vl_moe", "tie_word_embeddings": False,
-    "text_config": {"hidden_size": 2048, "intermediate_size": 6144, "num_hidden_layers": 48,
-                    "num_attention_heads": 32, "num_key_value_heads": 4, "head_dim": 128, "vocab_size": 151936,
-                    "max_position_embeddings": 262144, "tie_word_embeddings": False, "num_experts": 128,
-                    "num_experts_per_tok": 8, "moe_intermediate_size": 768, "decoder_sparse_step": 1,
-                    "mlp_only_layers": []},
-    "vision_config": {**_VISION_QWEN3, "out_hidden_size": 2048},
-})
-
-#: ``config.json`` fields of hub models the plan knows without a local folder (their published
-#: configs; olmOCR's models are fine-tuned Qwen2.5-VL-7B, same shapes; olmocr v0.5.0's configs
-#: fine-tune Qwen3-VL-8B-Instruct and Qwen3-VL-30B-A3B-Instruct).
-KNOWN_MODELS: Mapping[str, Mapping[str, Any]] = MappingProxyType({
-    "Qwen/Qwen2.5-VL-3B-Instruct": _QWEN25_VL_3B,
-    "Qwen/Qwen2.5-VL-7B-Instruct": _QWEN25_VL_7B,
-    "Qwen/Qwen2.5-VL-32B-Instruct": _QWEN25_VL_32B,
-    "Qwen/Qwen2.5-VL-72B-Instruct": _QWEN25_VL_72B,
-    "allenai/olmOCR-7B-0725": _QWEN25_VL_7B,
-    "allenai/olmOCR-7B-0825": _QWEN25_VL_7B,
-    "allenai/olmOCR-2-7B-1025": _QWEN25_VL_7B,
-    "Qwen/Qwen3-VL-8B-Instruct": _QWEN3_VL_8B,
-    "Qwen/Qwen3-VL-30B-A3B-Instruct": _QWEN3_VL_30B_A3B,
-})
-
 
 class PlanError(ValueError):
     """A model description or configuration the plan cannot use, or a job that does not fit."""
@@ -642,37 +577,6 @@ def _zero3_hint(cfg: Mapping[str, Any], shape: ModelShape, gpus: int, gpu_gib: f
 def budget_of(shape: ModelShape) -> ImageBudget:
     """The image budget of a model shape (its processor's, else unbounded patches of its vision config)."""
     return shape.image_budget or ImageBudget(shape.patch_size, shape.spatial_merge_size, 0, 2**62)
-
-
-def context_problems(cfg: Mapping[str, Any], budget: ImageBudget) -> list[str]:
-    """vLLM context lengths too short for the longest prompt plus the answer, each naming its key.
-
-    The longest prompt is a square page at ``rasterize.longest_side`` (no page shape has more image
-    tokens): ``budget``'s image tokens (the architecture's patch and merge size and pixel limits:
-    2116 on Qwen2.5-VL, 1600 on Qwen3-VL for 1288 px) plus :data:`~olmpipe.prompts.PROMPT_TEXT_TOKENS`;
-    vLLM refuses a request longer than its ``max_model_len``. Checked: ``generation.vllm.max_model_len``
-    against ``generation.max_new_tokens`` (backend vllm) and ``train.grpo.vllm_max_model_length``
-    against ``max_completion_length`` (with ``use_vllm``).
-    """
-    side = cfg["rasterize"]["longest_side"]
-    square = budget.tokens(side, side)
-    prompt = square + PROMPT_TEXT_TOKENS
-    what = (f"a square page at rasterize.longest_side ({square} image tokens at {budget.factor} x {budget.factor} "
-            f"px per token) + ~{PROMPT_TEXT_TOKENS} text")
-    problems = []
-    gen = cfg["generation"]
-    need = prompt + gen["max_new_tokens"]
-    if gen["backend"] == "vllm" and gen["vllm"]["max_model_len"] < need:
-        problems.append(f"generation.vllm.max_model_len ({gen['vllm']['max_model_len']}) is shorter than the longest "
-                        f"prompt and answer: {what} + generation.max_new_tokens ({gen['max_new_tokens']}) = {need}; "
-                        f"vLLM refuses such a request: raise max_model_len to at least {need}")
-    grpo = cfg["train"]["grpo"]
-    limit, need = grpo["vllm_max_model_length"], prompt + grpo["max_completion_length"]
-    if grpo["use_vllm"] and limit is not None and limit < need:
-        problems.append(f"train.grpo.vllm_max_model_length ({limit}) is shorter than the longest prompt and "
-                        f"completion: {what} + max_completion_length ({grpo['max_completion_length']}) = {need}; "
-                        f"vLLM refuses such a request: raise vllm_max_model_length to at least {need}")
-    return problems
 
 
 def model_for_plan(cfg: Mapping[str, Any], model: str | Path | None = None) -> str:

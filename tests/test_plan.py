@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from olmpipe.config import load_config
+from olmpipe.known_models import KNOWN_MODELS
 from olmpipe.plan import (
     GIB,
-    KNOWN_MODELS,
     PlanError,
     check_fits,
     checked_launch_prefix,

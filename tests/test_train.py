@@ -484,8 +484,8 @@ def test_disable_dropout_changes_nothing_for_qwen25_vl(tiny_model_dir):
     import torch
     from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
 
+    from olmpipe.known_models import KNOWN_MODELS
     from olmpipe.modelload import load_model_and_processor
-    from olmpipe.plan import KNOWN_MODELS
 
     fields = dict(KNOWN_MODELS["allenai/olmOCR-7B-0825"])
     text = {k: v for k, v in fields.items() if k not in ("vision_config", "model_type")}

@@ -21,6 +21,10 @@ One seed's run is :func:`olmpipe.train.run.train_seed`; the modules, by job:
 - :mod:`~olmpipe.train.runlock`: one trainer per run folder, none outliving its job;
 - :mod:`~olmpipe.train.vllm_server`: the ``trl vllm-serve`` process of a server-mode job;
 - :mod:`~olmpipe.train.packages`: the packages a job needs, checked on its node at start;
+- :mod:`~olmpipe.train.preflight`: settings the job that runs them cannot train, checked before it;
+- :mod:`~olmpipe.train.signals`: SIGTERM while loading (exit 75 at once) and while training;
+- :mod:`~olmpipe.train.final`: the final ``model/`` (and ``adapter/``), and the kept copy of it;
+- :mod:`~olmpipe.train.errors`: the errors a job stops with (one line, exit 2);
 - :mod:`~olmpipe.train.run`: one seed's run, tying them together.
 """
 

@@ -86,13 +86,12 @@ def _main(argv: list[str] | None, flag: Any) -> int:
     except (MissingPackageError, UntestedVersionError) as exc:
         sys.stderr.write(f"olmpipe train: {exc}\n")
         return 2
+    from olmpipe.train.errors import CheckpointLoadError, JobSetupError
     from olmpipe.train.health import TrainingStopped
     from olmpipe.train.peft import AdapterLoadError
-    from olmpipe.train.preflight import JobSetupError
     from olmpipe.train.resume import ResumeMismatchError
     from olmpipe.train.run import train_seed
     from olmpipe.train.runlock import RunLockedError
-    from olmpipe.train.trainer import CheckpointLoadError
     from olmpipe.train.vllm_server import VLLMServerError
 
     try:

@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from olmpipe.layout import ADAPTER_NAME
-from olmpipe.train.preflight import JobSetupError
+from olmpipe.train.errors import JobSetupError
 
 logger = logging.getLogger(__name__)
 

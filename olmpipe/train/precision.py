@@ -180,10 +180,10 @@ def fp32_weights_from_checkpoint(checkpoint: str | Path) -> dict[str, Any] | Non
 
 def restore_fp32_masters(model: Any, checkpoint: str | Path) -> bool:
     """Copy a DeepSpeed checkpoint's float32 master weights into ``model`` (in place, every trained
-    tensor, else :class:`~olmpipe.train.trainer.CheckpointLoadError`); False for other checkpoints."""
+    tensor, else :class:`~olmpipe.train.errors.CheckpointLoadError`); False for other checkpoints."""
     import torch
 
-    from olmpipe.train.trainer import CheckpointLoadError
+    from olmpipe.train.errors import CheckpointLoadError
 
     masters = fp32_weights_from_checkpoint(checkpoint)
     if masters is None:

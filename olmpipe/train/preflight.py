@@ -30,15 +30,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from olmpipe.train.errors import JobSetupError
+
 logger = logging.getLogger(__name__)
 
 #: Module classes LoRA adapts (PEFT 0.21 ``tuners/lora/model.py`` ``_create_new_module`` dispatchers:
 #: torch's Linear, Embedding, Conv1d/2d/3d and MultiheadAttention, transformers' Conv1D).
 LORA_LAYERS = ("Linear", "Embedding", "Conv1d", "Conv2d", "Conv3d", "MultiheadAttention", "Conv1D")
-
-
-class JobSetupError(ValueError):
-    """Settings the training job cannot run with; the message names each key and what to change."""
 
 
 def job_device(train_cfg: Mapping[str, Any], gpus: int) -> str:

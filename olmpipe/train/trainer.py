@@ -41,12 +41,9 @@ from olmpipe.compat.trl import (
     after_vllm_weight_sync,
     epoch_seeded,
 )
+from olmpipe.train.errors import CheckpointLoadError
 
 logger = logging.getLogger(__name__)
-
-class CheckpointLoadError(RuntimeError):
-    """A checkpoint's weights could not be restored into the model (a resume must not go on)."""
-
 
 def _weight_map(folder: Path) -> dict[str, str]:
     """Tensor name -> safetensors file of a checkpoint folder (single file or sharded)."""
