@@ -351,3 +351,24 @@ def test_a_finished_run_whose_checkpoints_are_gone_is_written_again_not_retraine
     assert resolve_resume("restart", run, {}) is None
     aside = next(setup["root"].glob("kept.old-*"))
     assert folder_files(aside / "model.kept") == folder_files(full / "model.kept")
+
+
+def test_a_damaged_kept_model_is_ignored_never_published(setup, caplog):
+    """Probe2 G1: model.kept/ whose weights were cut short (its files are hard links to model/'s, so a
+    write into model/ in place reaches it) or deleted was written back as model/ without usable
+    weights, and the job succeeded. A damaged kept copy is skipped like a damaged checkpoint, named
+    in a warning; with no checkpoint left the run trains again, bitwise the run it was."""
+    full = setup["full"][0]
+    run = setup["root"] / "keptdamaged"
+    shutil.copytree(full, run)
+    for path in [run / "model", *run.glob("checkpoint-*")]:
+        shutil.rmtree(path)
+    weights = run / "model.kept" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:1000])
+    with caplog.at_level("WARNING", logger="olmpipe.train.final"):
+        assert train_seed(setup["cfg"], seed=0, model_path=setup["model"], pages=setup["pages"],
+                          tests_dir=setup["tests"], run_dir=run, reward_funcs=[LowIdReward()]) == 0
+    assert "model.kept: it cannot be written back as the final model (missing or damaged: model.safetensors is " \
+           "truncated" in caplog.text
+    _assert_same(run / "model", full / "model")
+    _assert_same(run / "model.kept", full / "model")

@@ -36,6 +36,7 @@ from typing import Any
 
 from olmpipe.architectures import publish_expert_layout
 from olmpipe.layout import ADAPTER_NAME, kept_model_dir
+from olmpipe.modelfolder import describe, missing_files
 from olmpipe.records.files import atomic_write, publish_dir, staging_dir, staging_path, write_json
 from olmpipe.records.metrics import final_metrics_path
 from olmpipe.records.models import TRAIN_INFO_NAME
@@ -62,7 +63,11 @@ def read_kept(run_dir: str | Path) -> Kept | None:
     """The kept final model of ``run_dir`` (None when there is none or it cannot be used, with a warning).
 
     It counts when its ``olmpipe_kept.json`` reads and names the steps and settings it was trained
-    with; :func:`keep` publishes the folder whole, so the weights are there when that file is.
+    with, and the folder still loads as a model (:func:`olmpipe.modelfolder.missing_files`: weights
+    there and not cut short, processor files): :func:`keep` publishes it whole, but its files are
+    hard links that anything writing into ``model/`` in place, or deleting from either folder,
+    changes too. A damaged copy is ignored like a damaged checkpoint, so a rerun never publishes a
+    ``model/`` without its weights.
     """
     folder = Path(kept_model_dir(run_dir))
     path = folder / KEPT_STATE_NAME
@@ -75,6 +80,11 @@ def read_kept(run_dir: str | Path) -> Kept | None:
         return None
     if not isinstance(info, dict) or not isinstance(info.get("steps"), int) or not isinstance(info.get("settings"), dict):
         logger.warning("ignoring %s: its %s names no steps and settings", folder, KEPT_STATE_NAME)
+        return None
+    missing = missing_files(folder)
+    if missing:
+        logger.warning("ignoring %s: it cannot be written back as the final model (missing or damaged: %s)",
+                       folder, describe(missing))
         return None
     return Kept(folder, info["steps"], info)
 
