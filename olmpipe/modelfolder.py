@@ -32,6 +32,7 @@ whose processors are all the Qwen2-VL image processor plus the Qwen2 tokenizer):
 
 from __future__ import annotations
 
+import hashlib
 import json
 import struct
 import zipfile
@@ -203,6 +204,42 @@ def missing_files(folder: str | Path, *, weights: bool = True) -> list[str]:
     if weights:
         lacks += weight_problems(folder)
     return lacks + [n.what for n in processor_needs(arch) if not n.present(folder)]
+
+
+#: Bytes read at each end of a weight file by :func:`weights_fingerprint`.
+FINGERPRINT_BYTES = 1 << 20
+
+
+def weights_fingerprint(folder: str | Path) -> str | None:
+    """A short hash that tells the weights in ``folder`` from other weights (None: no weight file).
+
+    Covers the weight file transformers loads (every shard its index names, in order): each one's
+    name, size and first and last MiB, i.e. a safetensors file's header (every tensor's name, dtype,
+    shape) and tensor values at both ends. Another model, or the same shape initialised or trained
+    otherwise, differs; reading a few MiB costs nothing at any model size, whereas hashing a 7B
+    model's 15 GB at every job start would. A training run records it (:mod:`olmpipe.train.resume`),
+    so that a folder replaced under the same path is not taken for the base a checkpoint grew from.
+    """
+    folder = Path(folder)
+    first = next((name for name in WEIGHTS_ORDER if (folder / name).is_file()), None)
+    if first is None:
+        return None
+    names = [first]
+    if first in (SAFE_WEIGHTS_INDEX, TORCH_WEIGHTS_INDEX):
+        weight_map = _json(folder / first).get("weight_map")
+        names += sorted(set(map(str, weight_map.values()))) if isinstance(weight_map, Mapping) else []
+    digest = hashlib.sha256()
+    for name in names:
+        path = folder / name
+        size = path.stat().st_size if path.is_file() else -1
+        digest.update(f"{name}\0{size}\0".encode())
+        if size > 0:
+            with path.open("rb") as fh:
+                digest.update(fh.read(FINGERPRINT_BYTES))
+                if size > FINGERPRINT_BYTES:
+                    fh.seek(max(FINGERPRINT_BYTES, size - FINGERPRINT_BYTES))
+                    digest.update(fh.read())
+    return digest.hexdigest()[:16]
 
 
 def describe(items: Iterable[str]) -> str:

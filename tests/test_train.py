@@ -4,6 +4,7 @@ resume resolution and the per-seed job config (no training here; see test_train_
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 from trainkit import REPO, make_page_index
@@ -500,7 +501,7 @@ def test_disable_dropout_changes_nothing_for_qwen25_vl(tiny_model_dir):
     assert load_config()["train"]["grpo"]["disable_dropout"] is True  # olmpipe's documented default
 
 
-def test_the_workflow_checks_a_resume_before_snakemake_deletes_anything(tmp_path):
+def test_the_workflow_checks_a_resume_before_snakemake_deletes_anything(tmp_path, tiny_model_dir):
     """check_workflow_resume (common.smk's train_launch, while the DAG is built) compares the seed's
     job settings with its run folder's last state, a checkpoint or the kept final model: a changed
     trajectory key stops naming it and saying that nothing was deleted; the training set is left to
@@ -526,7 +527,7 @@ def test_the_workflow_checks_a_resume_before_snakemake_deletes_anything(tmp_path
     # the kept final model, once the checkpoints are gone (olmpipe.train.final)
     (run / "checkpoint-2" / RUN_STATE_FILE).unlink()
     kept = run / "model.kept"
-    kept.mkdir()
+    shutil.copytree(tiny_model_dir, kept)  # a loadable model (olmpipe.train.final.read_kept)
     (kept / "olmpipe_kept.json").write_text(json.dumps({"steps": 4, "settings": stored}))
     check_workflow_resume(cfg, 0, "results/model/tiny", 0, run)
     with pytest.raises(ResumeMismatchError, match=r"model\.kept \(the run's kept final model\) was trained with "

@@ -372,3 +372,35 @@ def test_a_damaged_kept_model_is_ignored_never_published(setup, caplog):
            "truncated" in caplog.text
     _assert_same(run / "model", full / "model")
     _assert_same(run / "model.kept", full / "model")
+
+
+def test_a_base_model_replaced_under_the_same_path_stops_the_resume(setup, tmp_path):
+    """Probe2 G3: `model` is a path, and the folder at it can change (the embedded model rebuilt with
+    another model.tiny.seed, a local folder overwritten): the run went on from its checkpoint, i.e.
+    the old run finished as if trained from the new base. The settings record the base's weights
+    fingerprint; another one stops `auto` naming it, before anything is loaded or changed."""
+    from olmpipe.modelfolder import weights_fingerprint
+    from olmpipe.train.resume import check_workflow_resume
+
+    base = tmp_path / "base"
+    shutil.copytree(setup["model"], base)
+    run = setup["root"] / "otherbase"
+    shutil.copytree(setup["full"][0] / "checkpoint-2", run / "checkpoint-2")
+    marker = run / "checkpoint-2" / "olmpipe_run.json"
+    stored = json.loads(marker.read_text())
+    assert stored["settings"]["base_model.weights"] == weights_fingerprint(setup["model"])
+    stored["settings"]["model"] = str(base)  # the run was trained from base/ ...
+    marker.write_text(json.dumps(stored))
+    check_workflow_resume(setup["cfg"], 0, base, 0, run)  # ... unchanged: it resumes
+    weights = base / "model.safetensors"  # ... which is then replaced by another model of the same shape
+    data = bytearray(weights.read_bytes())
+    data[-64:] = bytes(64)
+    weights.write_bytes(bytes(data))
+    before = _mtimes(run)
+    message = r"\(base_model\.weights: '[0-9a-f]{16}' -> '[0-9a-f]{16}'\)\. base_model\.weights identifies"
+    with pytest.raises(ResumeMismatchError, match=message + r".*Snakemake stopped before running any job"):
+        check_workflow_resume(setup["cfg"], 0, base, 0, run)
+    with pytest.raises(ResumeMismatchError, match=message + r".*Nothing was changed on disk"):
+        train_seed(setup["cfg"], seed=0, model_path=base, pages=setup["pages"], tests_dir=setup["tests"],
+                   run_dir=run, reward_funcs=[LowIdReward()])
+    assert _mtimes(run) == before

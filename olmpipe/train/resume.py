@@ -93,8 +93,13 @@ IMPLIED_BEFORE: Mapping[str, Any] = {
 #: Key prefix of the training set's identity (:func:`olmpipe.train.data.training_set_id`): what the
 #: trainer builds from the page index, known only in the job (not when the workflow is planned).
 TRAINING_SET = "training_set"
+#: Key prefix of the base model's identity (``base_model.weights``: :func:`olmpipe.modelfolder.weights_fingerprint`
+#: of the ``model`` folder). ``model`` is a path; the folder at it can hold another model than the one a
+#: checkpoint grew from (the embedded model rebuilt with other ``model.tiny`` settings or builder code, a
+#: local folder overwritten), and continuing would train, or finish, the old run as if on the new base.
+BASE_MODEL = "base_model"
 #: Prefixes that checkpoints written before they existed do not record at all: not compared then.
-RECORDED_LATER = (TRAINING_SET,)
+RECORDED_LATER = (TRAINING_SET, BASE_MODEL)
 
 
 class ResumeMismatchError(RuntimeError):
@@ -133,14 +138,15 @@ def _flatten(value: Any, prefix: str, out: dict[str, Any]) -> None:
 
 def run_settings(cfg: Mapping[str, Any], seed: int, model_path: str, world_size: int = 1, *,
                  knobs: Mapping[str, Any] | None = None,
-                 training_set: Mapping[str, Any] | None = None) -> dict[str, Any]:
+                 training_set: Mapping[str, Any] | None = None, base_model: str | None = None) -> dict[str, Any]:
     """The settings that define a run's trajectory, as ``{"train.grpo.learning_rate": 2e-06, ...}``.
 
     ``knobs``: the seed's GRPO knobs as the job computed them (:func:`olmpipe.train.args.grpo_knobs`);
     computed here when not given. ``training_set``: the identity of the examples the trainer built
     (``{"pages": 12, "sha256": ...}``, :func:`olmpipe.train.data.training_set_id`), stored as
     ``training_set.<key>``; the job passes it, the workflow's plan-time check cannot
-    (:func:`check_workflow_resume`).
+    (:func:`check_workflow_resume`). ``base_model``: the base folder's weights fingerprint
+    (:func:`olmpipe.modelfolder.weights_fingerprint`), stored as ``base_model.weights``.
     """
     from olmpipe.train.args import grpo_knobs
 
@@ -157,6 +163,8 @@ def run_settings(cfg: Mapping[str, Any], seed: int, model_path: str, world_size:
     _flatten({"train": {**train, "grpo": grpo}, "rewards": rewards}, "", out)
     if training_set is not None:
         _flatten({TRAINING_SET: dict(training_set)}, "", out)
+    if base_model is not None:
+        out[f"{BASE_MODEL}.weights"] = base_model
     return comparable(json.loads(json.dumps(out, default=str)))
 
 
@@ -275,6 +283,10 @@ def mismatch_message(state: LastState, settings: Mapping[str, Any], changed: lis
     if any(k.startswith(f"{TRAINING_SET}.") for k in changed):
         text += (f" {TRAINING_SET}.* is the train split's pages and test ids as the trainer builds them from the "
                  "page index (after the difficulty filter, train.max_pages and rewards.bench's filters).")
+    if any(k.startswith(f"{BASE_MODEL}.") for k in changed):
+        text += (f" {BASE_MODEL}.weights identifies the weights in {settings.get('model')}: that folder now holds "
+                 "another model than the one this run was trained from (rebuilt with other model.tiny settings or "
+                 "builder code, or replaced).")
     kept = read_kept(run_dir)
     if planned:
         text += " Snakemake stopped before running any job: nothing was deleted or changed."
@@ -329,6 +341,7 @@ def check_workflow_resume(cfg: Mapping[str, Any], seed: int, model_path: str | P
     and ``resources.train``); the training set is left to the job (its page index may not exist yet).
     """
     from olmpipe.config import validate_config
+    from olmpipe.modelfolder import weights_fingerprint
     from olmpipe.process_plan import plan
     from olmpipe.train.jobconfig import seed_config_json
 
@@ -340,8 +353,9 @@ def check_workflow_resume(cfg: Mapping[str, Any], seed: int, model_path: str | P
     job = validate_config(json.loads(seed_config_json(cfg, seed)))
     res = cfg["resources"]["train"]
     world_size = plan(gpus, res["launcher"], res["vllm_server_gpus"], res["strategy"], res["nodes"]).train_processes
-    settings = run_settings(job, seed, str(model_path), world_size)
-    changed = _changes(state, settings, ignore=(TRAINING_SET,))
+    base = weights_fingerprint(model_path) if Path(model_path).is_dir() else None  # None: not built yet
+    settings = run_settings(job, seed, str(model_path), world_size, base_model=base)
+    changed = _changes(state, settings, ignore=(TRAINING_SET,) if base is not None else (TRAINING_SET, BASE_MODEL))
     if changed:
         raise ResumeMismatchError(mismatch_message(state, settings, changed, Path(run_dir), planned=True))
 

@@ -252,6 +252,7 @@ def _train_locked(
     import torch
 
     from olmpipe.layout import final_model_dir
+    from olmpipe.modelfolder import weights_fingerprint
     from olmpipe.modelload import load_model_and_processor
     from olmpipe.rewards import build_rewards
     from olmpipe.train.args import grpo_config, grpo_knobs, resolve_device
@@ -297,7 +298,7 @@ def _train_locked(
         reference_candidate=rcfg["reference_candidate"], max_pages=tcfg["max_pages"],
     )
     settings = run_settings(cfg, seed, str(model_path), _world_size(), knobs=knobs,
-                            training_set=training_set_id(examples))
+                            training_set=training_set_id(examples), base_model=weights_fingerprint(model_path))
     fingerprint = trajectory_fingerprint(settings)
     decision = _resolve(tcfg["resume"], run_dir, settings, final_dir)
     checkpoint = decision.checkpoint
