@@ -518,8 +518,8 @@ def test_the_workflow_checks_a_resume_before_snakemake_deletes_anything(tmp_path
     check_workflow_resume(cfg, 0, "results/model/tiny", 0, run)
     faster = load_config(overrides={"train": {"grpo": {"learning_rate": 0.5}}})
     with pytest.raises(ResumeMismatchError, match=r"checkpoint-2 was trained with other settings \(train\.grpo\."
-                       r"learning_rate: 1e-05 -> 0\.5\)\. Snakemake stopped before running any job: nothing was "
-                       r"deleted or changed\. Either continue"):
+                       r"learning_rate: 1e-05 -> 0\.5\)\. Snakemake stopped before running this seed's training "
+                       r"job: nothing of its run was deleted or changed\. Either continue that run"):
         check_workflow_resume(faster, 0, "results/model/tiny", 0, run)
     for resume in ("continue", "restart"):
         check_workflow_resume(load_config(overrides={"train": {"resume": resume, "grpo": {"learning_rate": 0.5}}}),
@@ -531,5 +531,7 @@ def test_the_workflow_checks_a_resume_before_snakemake_deletes_anything(tmp_path
     (kept / "olmpipe_kept.json").write_text(json.dumps({"steps": 4, "settings": stored}))
     check_workflow_resume(cfg, 0, "results/model/tiny", 0, run)
     with pytest.raises(ResumeMismatchError, match=r"model\.kept \(the run's kept final model\) was trained with "
-                       r"other settings \(train\.grpo\.learning_rate"):
+                       r"other settings \(train\.grpo\.learning_rate.* Either keep that run's model as it is \(train\."
+                       r"resume: continue; it is at step 4 of train\.grpo\.max_steps 4, so the new settings train "
+                       r"nothing unless max_steps grows\)"):
         check_workflow_resume(faster, 0, "results/model/tiny", 0, run)

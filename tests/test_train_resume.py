@@ -341,7 +341,7 @@ def test_a_finished_run_whose_checkpoints_are_gone_is_written_again_not_retraine
     with pytest.raises(ResumeMismatchError, match=r"model\.kept \(the run's kept final model\) was trained with other "
                        r"settings \(train\.grpo\.learning_rate: 0\.01 -> 0\.5\)\. This job changed nothing on disk, "
                        r"but \S+/kept/model is gone .* kept in \S+/model\.kept: with the settings it was trained "
-                       r"with, the job writes \S+/kept/model again\. Either continue"):
+                       r"with, the job writes \S+/kept/model again\. Either keep that run's model as it is"):
         train_seed(_config(grpo={**GRPO, "learning_rate": 0.5}), seed=0, model_path=setup["model"],
                    pages=setup["pages"], tests_dir=setup["tests"], run_dir=run, reward_funcs=[LowIdReward()])
     with pytest.raises(ResumeMismatchError, match="no checkpoint is left to train on to max_steps 6"):
@@ -398,7 +398,7 @@ def test_a_base_model_replaced_under_the_same_path_stops_the_resume(setup, tmp_p
     weights.write_bytes(bytes(data))
     before = _mtimes(run)
     message = r"\(base_model\.weights: '[0-9a-f]{16}' -> '[0-9a-f]{16}'\)\. base_model\.weights identifies"
-    with pytest.raises(ResumeMismatchError, match=message + r".*Snakemake stopped before running any job"):
+    with pytest.raises(ResumeMismatchError, match=message + r".*Snakemake stopped before running this seed's training job"):
         check_workflow_resume(setup["cfg"], 0, base, 0, run)
     with pytest.raises(ResumeMismatchError, match=message + r".*Nothing was changed on disk"):
         train_seed(setup["cfg"], seed=0, model_path=base, pages=setup["pages"], tests_dir=setup["tests"],

@@ -201,9 +201,10 @@ def test_a_changed_setting_on_a_finished_seed_deletes_nothing(tmp_path):
         proc = snakemake(tmp_path, "train_seeds", *args, check=False)
         text = proc.stdout + proc.stderr
         assert proc.returncode != 0 and "train_seed (seed 0): results/train/seed0/checkpoint-2 was trained with " \
-            f"other settings (train.grpo.learning_rate: {lr!r} -> {lr * 2!r}). Snakemake stopped before running any " \
-            "job: nothing was deleted or changed. Either continue that run with the new settings (train.resume: " \
-            "continue) or start over (train.resume: restart" in " ".join(text.split()), text[-3000:]
+            f"other settings (train.grpo.learning_rate: {lr!r} -> {lr * 2!r}). Snakemake stopped before running this " \
+            "seed's training job: nothing of its run was deleted or changed. Either keep that run's model as it is (train.resume: continue; it is " \
+            "at step 2 of train.grpo.max_steps 2, so the new settings train nothing unless max_steps grows) or " \
+            "start over (train.resume: restart" in " ".join(text.split()), text[-3000:]
         assert folder_files(run / "model") == trained and (run / "model.metrics.jsonl").exists()
 
     write(grpo=grpo, resume="continue")

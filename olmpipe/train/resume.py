@@ -289,7 +289,8 @@ def mismatch_message(state: LastState, settings: Mapping[str, Any], changed: lis
                  "builder code, or replaced).")
     kept = read_kept(run_dir)
     if planned:
-        text += " Snakemake stopped before running any job: nothing was deleted or changed."
+        # jobs upstream of this one may have run already (Snakemake evaluates the check when it schedules train_seed)
+        text += " Snakemake stopped before running this seed's training job: nothing of its run was deleted or changed."
     elif final_dir is not None and not Path(final_dir).exists() and kept is not None:
         text += (f" This job changed nothing on disk, but {final_dir} is gone (Snakemake deletes a job's outputs "
                  f"before it reruns the job); the run's finished model (step {kept.step}) is kept in {kept.path}")
@@ -297,7 +298,13 @@ def mismatch_message(state: LastState, settings: Mapping[str, Any], changed: lis
                  else ".")
     else:
         text += " Nothing was changed on disk."
-    return text + (" Either continue that run with the new settings (train.resume: continue) or start over "
+    max_steps = settings.get("train.grpo.max_steps")
+    if isinstance(max_steps, int) and 0 < max_steps <= state.step:  # finished: `continue` trains nothing
+        go_on = (f"keep that run's model as it is (train.resume: continue; it is at step {state.step} of "
+                 f"train.grpo.max_steps {max_steps}, so the new settings train nothing unless max_steps grows)")
+    else:
+        go_on = "continue that run with the new settings (train.resume: continue)"
+    return text + (f" Either {go_on} or start over "
                    f"(train.resume: restart; the old run is moved to {run_dir.name}.old-<time>/, not deleted).")
 
 
