@@ -172,3 +172,17 @@ def test_snakemake_stops_before_submitting_what_the_job_cannot_train(tmp_path, t
     assert "the training job cannot run with these settings (checked before it is submitted)" in out, out[-3000:]
     assert "train.peft.quantization: 4bit (QLoRA) needs a CUDA GPU" in out
     assert "train.peft.target_modules: 'nothing_here' names no module" in out
+
+
+def test_an_embedded_model_about_to_be_rebuilt_is_not_checked_at_plan_time(tmp_path, tiny_model_dir):
+    """Probe2 G2: with model.tiny.architecture changed to qwen3_vl and its vision names, the plan
+    checked the old Qwen2.5-VL folder (which build_model rebuilds first) and refused a valid config.
+    A folder built from other model.tiny settings is left to the job; the folder as configured is checked."""
+    folder = tmp_path / "tiny"
+    shutil.copytree(tiny_model_dir, folder)
+    peft = {"enabled": True, "vision": True, "vision_target_modules": ["linear_fc1", "linear_fc2"]}
+    qwen3 = _cfg({"model": {"tiny": {"architecture": "qwen3_vl"}}, "train": {"peft": peft}})
+    assert job_problems(qwen3, 0, folder) == []
+    assert module_problems(qwen3["train"]["peft"], folder)  # the job, on this folder, would refuse
+    as_built = _cfg({"train": {"peft": peft}})
+    assert [p.split(":")[0] for p in job_problems(as_built, 0, folder)] == ["train.peft.vision_target_modules"] * 2

@@ -24,6 +24,7 @@ before its rule ran, a hub id before ``download_model``) is checked when the job
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import re
 from collections.abc import Mapping
@@ -169,9 +170,32 @@ def module_problems(peft_cfg: Mapping[str, Any], model: str | Path) -> list[str]
     return problems
 
 
+def stale_embedded_model(cfg: Mapping[str, Any], model: str | Path) -> bool:
+    """Whether ``model`` is the embedded model's folder built from other ``model.tiny`` settings than
+    ``cfg``'s (its ``olmpipe_tiny.json``): rule ``build_model`` builds it again before the job runs,
+    so its module names are not those the job will see (e.g. ``model.tiny.architecture: qwen3_vl``,
+    whose vision MLP is ``linear_fc1``/``linear_fc2``, while the old folder is Qwen2.5-VL's)."""
+    from olmpipe.records.models import TINY_SPEC_NAME
+
+    model_cfg = cfg.get("model") or {}
+    spec = Path(model) / TINY_SPEC_NAME
+    if model_cfg.get("path") != "embedded" or not spec.is_file():
+        return False
+    try:
+        built = json.loads(spec.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return True
+    return not isinstance(built, dict) or any(built.get(k) != v for k, v in (model_cfg.get("tiny") or {}).items())
+
+
 def job_problems(cfg: Mapping[str, Any], gpus: int, model: str | Path | None) -> list[str]:
     """What a training job with ``gpus`` GPUs cannot train of ``cfg`` with the model folder ``model``
-    (None or a folder that does not exist yet: the device checks only)."""
+    (None, a folder that does not exist yet or an embedded model about to be rebuilt
+    (:func:`stale_embedded_model`): the device checks only; the job checks its model when it starts)."""
+    if model is not None and stale_embedded_model(cfg, model):
+        logger.info("train.peft module names not checked yet: %s is rebuilt with other model.tiny settings first "
+                    "(checked when the job starts)", model)
+        model = None
     device = job_device(cfg["train"], gpus)
     where = (f"the training job has no GPU (GPUs: {gpus}, train.device: {cfg['train']['device']}), so it trains "
              "on the CPU" if device == "cpu" else f"the training job trains on {gpus} GPU(s)")
