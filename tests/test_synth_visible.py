@@ -156,6 +156,23 @@ def test_the_probes_squashed_sentence_gets_no_test(tmp_path, renderer):
     assert report["hidden_text"][0]["unreadable"] == {"too narrow": 8}  # "is" and "a" leave too little ink
 
 
+def test_lines_printed_over_each_other_get_no_test(tmp_path, renderer):
+    """Probe2 G4: `line-height: 1px` prints every line of a paragraph on top of the others (a black
+    smear) and the sentence got present and order tests; lines set solid (`line-height: 1`) still read."""
+    html = ("<html><body style='font: 15px serif; margin: 60px'><h1>Harvest notes</h1>"
+            "<p>Visible sentence number one is printed here plainly for every reader to see.</p>"
+            "<p style='line-height:1px; width:180px'>Overprinted sentence foxtrot wraps onto many lines that "
+            "are drawn on top of each other in one row.</p>"
+            "<p style='line-height:1; width:200px'>Visible solid sentence wraps onto lines set without any "
+            "leading between them.</p>"
+            "<p>Visible sentence number two closes the page with some more plain words.</p></body></html>")
+    report, tests = mine(tmp_path, renderer, html)
+    texts = json.dumps(tests)
+    assert "Overprinted" not in texts and "foxtrot" not in texts and "drawn on top" not in texts
+    assert "Visible solid sentence wraps onto lines set without any leading between them." in texts
+    assert report["hidden_text"][0]["unreadable"].get("overprinted", 0) >= 15
+
+
 def test_a_page_unreadable_at_the_training_resolution_says_so(tmp_path, renderer):
     """At rasterize.longest_side 48 no 13 px text is readable: the page gives no test, and the reason
     says its print showed none of its words, all too small in the page image, not "is there text"."""

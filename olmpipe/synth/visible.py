@@ -26,7 +26,8 @@ one, so :class:`olmpipe.synth.render.HtmlRenderer` asks the page itself, in the 
    by more than :data:`INK_LEVEL` (its glyphs changed what the page shows: this covers every way of
    painting text invisibly, since the only difference between the prints is the text itself), it
    can be read in the raster the model trains on (:mod:`olmpipe.synth.legible`: its size, advance per
-   character, overlap, skew and blur at ``rasterize.longest_side``), and, for plain text outside a
+   character, overlap, skew and blur at ``rasterize.longest_side``), its box is not mostly under
+   another word's (lines printed over each other: :data:`MAX_WORD_OVERLAP`), and, for plain text outside a
    CSS filter (which Chromium prints as an image), when the PDF's text layer has the word's
    characters at that place (the print laid the page out as measured);
 6. :data:`VISIBLE_HTML_JS`: the copy of step 1 with every hidden word and every comment removed.
@@ -61,6 +62,11 @@ MIN_CHARS_FOUND = 0.5
 #: More than this share of the painted words missing from the PDF's text layer at their place means
 #: the print was laid out differently from the measured page.
 MAX_UNMATCHED = 0.1
+#: A word whose box is covered this much by the box of another word (lines printed over each other:
+#: ``line-height`` far below the font size, or negative ``word-spacing``) is a smear, not text.
+MAX_WORD_OVERLAP = 0.5
+#: Word boxes compared per 32 px square of the page (a legible page holds far fewer).
+MAX_CELL_BOXES = 256
 #: Chromium prints content wider than the paper laid out on a page up to this much wider, scaled
 #: down to the paper (Blink ``CalculateOverflowShrinkForPrinting``, ``layout/pagination_utils.cc``;
 #: the factor is the page's overflow to the right over its width, at most the maximum shrink,
@@ -352,6 +358,33 @@ def print_shrink(measure: dict) -> float:
     return min(MAX_PRINT_SHRINK, max(1.0, measure["scrollWidth"] / measure["width"]))
 
 
+def _overprinted(words: list, drawings: list[Drawing], shrink: float) -> set[int]:
+    """``id()`` of the plain words (untransformed, not formulas) whose box another such word's box
+    covers by more than :data:`MAX_WORD_OVERLAP` of the smaller one: text printed over other text. Boxes
+    of words on one line never overlap, nor those of lines set solid (``line-height: 1``)."""
+    grid: dict[tuple[int, int], list[tuple]] = {}
+    found: set[int] = set()
+    for word in words:
+        if word[4] or word[5] or (0 <= word[7] < len(drawings) and drawings[word[7]].transformed):
+            continue
+        for x, y, w, h in word[6]:
+            if w > 0 and h > 0:
+                box = (x / shrink, y / shrink, (x + w) / shrink, (y + h) / shrink, word)
+                cells = [(cx, cy) for cx in range(int(box[0] // 32), int(box[2] // 32) + 1)
+                         for cy in range(int(box[1] // 32), int(box[3] // 32) + 1)]
+                for cell in cells[:4096]:  # a box larger than the page (cut off there) adds nothing
+                    if len(grid.get(cell, ())) >= MAX_CELL_BOXES:  # bounded work on a pathological page
+                        continue
+                    for other in grid.get(cell, ()):
+                        ix = min(box[2], other[2]) - max(box[0], other[0])
+                        iy = min(box[3], other[3]) - max(box[1], other[1])
+                        smaller = min((box[2] - box[0]) * (box[3] - box[1]), (other[2] - other[0]) * (other[3] - other[1]))
+                        if other[4] is not word and ix > 0 and iy > 0 and ix * iy > MAX_WORD_OVERLAP * smaller:
+                            found |= {id(word), id(other[4])}
+                    grid.setdefault(cell, []).append(box)
+    return found
+
+
 def visible_words(measure: dict, printed: bytes, blank: bytes, *, longest_side: int) -> Visibility:
     """Decide which measured words the printed page shows (see the module docstring).
 
@@ -414,6 +447,7 @@ def visible_words(measure: dict, printed: bytes, blank: bytes, *, longest_side: 
             run[0] += length
             run[1] += advance_chars(word[3])
 
+    overprinted = _overprinted(measure["words"], drawings, shrink)
     out = Visibility(words=len(measure["words"]))
     painted = 0
     unmatched: list[str] = []
@@ -433,6 +467,8 @@ def visible_words(measure: dict, printed: bytes, blank: bytes, *, longest_side: 
                 length, count = runs.get((index, word[7]), (0.0, 0))
                 reason = illegible(drawing, across, length / count if count else 0.0, image_scale=image_scale,
                                    shrink=shrink)
+            if reason is None and id(word) in overprinted:
+                reason = "overprinted"
             if reason:
                 shown = False
                 out.illegible[reason] += 1
