@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from olmpipe.layout import HUB_MODEL_DIR
-from olmpipe.modelfolder import describe, download_command, missing_files
+from olmpipe.modelfolder import describe, download_command, missing_files, safetensors_problem
 from olmpipe.records.files import publish_dir, staging_dir, write_json
 from olmpipe.records.models import HUB_MODEL_INFO_NAME
 
@@ -111,15 +111,31 @@ def _snapshot_files(snapshot: Path) -> tuple[dict[str, Path], list[str]]:
     return files, dangling
 
 
-def _incomplete(repo_id: str, revision: str, commit: str, snapshot: Path, out_dir: Path, lacks: list[str]) -> str:
-    """Why a snapshot cannot be published, with the cache, model.path/model.revision and the fix."""
+def _damaged_blobs(files: dict[str, Path]) -> list[Path]:
+    """The cache's blobs of weight files that are there but cut short or unreadable."""
+    return [blob for rel, blob in files.items()
+            if rel.endswith(".safetensors") and blob.is_file() and safetensors_problem(blob) is not None]
+
+
+def _incomplete(repo_id: str, revision: str, commit: str, snapshot: Path, out_dir: Path, lacks: list[str],
+                damaged: list[Path] = ()) -> str:
+    """Why a snapshot cannot be published, with the cache, model.path/model.revision and the fix.
+
+    A damaged blob is named: huggingface_hub fetches only the files its cache lacks, never one that is
+    there but cut short, so it must be deleted first (a download folder's files are hard links to the
+    blobs, so a write into the folder in place damages the cache too)."""
     from huggingface_hub import constants
 
-    return (f"model.path {repo_id} at model.revision {revision!r} (commit {commit}): the snapshot {snapshot} in the "
+    text = (f"model.path {repo_id} at model.revision {revision!r} (commit {commit}): the snapshot {snapshot} in the "
             f"Hugging Face cache {constants.HF_HUB_CACHE} lacks {describe(lacks)} (an interrupted download read "
-            f"from the cache offline?), so {out_dir} would not load; nothing was published there. Run the download "
-            "again on a machine with network (HF_HUB_OFFLINE unset): `snakemake download_model` or "
-            f"`{download_command(repo_id, revision, out_dir)}`; it fetches only the files the cache lacks")
+            f"from the cache offline?), so {out_dir} would not load; nothing was published there.")
+    if damaged:
+        return text + (f" The cache holds a damaged copy ({', '.join(map(str, damaged))}), which a download does not "
+                       "fetch again: delete it, then on a machine with network (HF_HUB_OFFLINE unset) run "
+                       f"`snakemake download_model` or `{download_command(repo_id, revision, out_dir)}`")
+    return text + (" Run the download again on a machine with network (HF_HUB_OFFLINE unset): `snakemake "
+                   f"download_model` or `{download_command(repo_id, revision, out_dir)}`; it fetches only the files "
+                   "the cache lacks")
 
 
 def _published(repo_id: str, revision: str, out_dir: Path) -> dict[str, Any] | None:
@@ -162,7 +178,7 @@ def _restore(repo_id: str, revision: str, out_dir: Path, manifest: dict[str, Any
     lacks = missing_files(out_dir) + [f"{rel} (its link in the cache points at no blob)" for rel in dangling
                                       if not (out_dir / rel).is_file()]
     if lacks:
-        raise ModelDownloadError(_incomplete(repo_id, revision, commit, snapshot, out_dir, lacks))
+        raise ModelDownloadError(_incomplete(repo_id, revision, commit, snapshot, out_dir, lacks, _damaged_blobs(files)))
     manifest = {**manifest, "files": {rel: blob.stat().st_size for rel, blob in files.items()}}
     write_json(out_dir / MANIFEST_NAME, manifest)
     logger.warning("%s at %s: restored %d file(s) %s had lost, from the snapshot of commit %s", repo_id,
@@ -197,7 +213,7 @@ def download(repo_id: str, revision: str, out_dir: str | Path) -> dict[str, Any]
     lacks = missing_files(tmp) + [f"{rel} (its link in the cache points at no blob)" for rel in dangling]
     if lacks:
         shutil.rmtree(tmp, ignore_errors=True)
-        raise ModelDownloadError(_incomplete(repo_id, revision, commit, snapshot, out_dir, lacks))
+        raise ModelDownloadError(_incomplete(repo_id, revision, commit, snapshot, out_dir, lacks, _damaged_blobs(found)))
     manifest = {"repo_id": repo_id, "revision": revision, "commit": commit, "files": files}
     write_json(tmp / MANIFEST_NAME, manifest)
     publish_dir(tmp, out_dir)

@@ -334,3 +334,26 @@ def test_jobs_read_the_downloaded_folder_and_never_the_hub(tmp_path: Path, hub_c
         assert len(Recorder.seen) == 1
     assert (tmp_path / "results" / "train" / "seed0" / "model" / "config.json").exists()
     assert (tmp_path / "results" / "baseline" / "hub-tiny" / "scores.json").exists()
+
+
+def test_a_damaged_blob_in_the_cache_is_named_with_how_to_fetch_it_again(tmp_path: Path, tiny_model_dir: Path) -> None:
+    """Probe2 G7: the download folder's files are hard links to the cache's blobs, so cutting the
+    folder's weights short in place cuts the cache's copy too; the refusal said "run the download
+    again ... it fetches only the files the cache lacks", which fetches nothing (the blob is there).
+    It names the damaged blob to delete; once the cache has a whole copy again the folder is restored."""
+    cache = tmp_path / "hub"
+    commit = add_to_cache(cache, REPO_ID, tiny_model_dir)
+    out = tmp_path / "out"
+    assert download(cache, commit, out).returncode == 0
+    blob = (cache / f"models--{REPO_ID.replace('/', '--')}" / "snapshots" / commit / "model.safetensors").resolve()
+    assert (out / "model.safetensors").stat().st_ino == blob.stat().st_ino
+    with open(out / "model.safetensors", "r+b") as fh:  # a write into the folder in place
+        fh.truncate(1000)
+    proc = download(cache, commit, out)
+    assert proc.returncode == 1 and f"The cache holds a damaged copy ({blob}), which a download does not fetch " \
+        "again: delete it" in proc.stderr, proc.stderr
+    blob.unlink()
+    add_to_cache(cache, REPO_ID, tiny_model_dir)  # what the download with network does
+    proc = download(cache, commit, out)
+    assert proc.returncode == 0, proc.stderr
+    assert (out / "model.safetensors").read_bytes() == (tiny_model_dir / "model.safetensors").read_bytes()
