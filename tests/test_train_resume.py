@@ -344,7 +344,7 @@ def test_a_finished_run_whose_checkpoints_are_gone_is_written_again_not_retraine
                        r"with, the job writes \S+/kept/model again\. Either keep that run's model as it is"):
         train_seed(_config(grpo={**GRPO, "learning_rate": 0.5}), seed=0, model_path=setup["model"],
                    pages=setup["pages"], tests_dir=setup["tests"], run_dir=run, reward_funcs=[LowIdReward()])
-    with pytest.raises(ResumeMismatchError, match="no checkpoint is left to train on to max_steps 6"):
+    with pytest.raises(ResumeMismatchError, match="no complete checkpoint is left to train on to max_steps 6"):
         train_seed(_config(resume="continue", grpo={**GRPO, "max_steps": 6}), seed=0, model_path=setup["model"],
                    pages=setup["pages"], tests_dir=setup["tests"], run_dir=run, reward_funcs=[LowIdReward()])
     assert _mtimes(run) == before
@@ -404,3 +404,22 @@ def test_a_base_model_replaced_under_the_same_path_stops_the_resume(setup, tmp_p
         train_seed(setup["cfg"], seed=0, model_path=base, pages=setup["pages"], tests_dir=setup["tests"],
                    run_dir=run, reward_funcs=[LowIdReward()])
     assert _mtimes(run) == before
+
+
+def test_more_steps_on_a_finished_run_whose_last_checkpoint_is_gone_train_on_from_the_one_before(setup, caplog):
+    """Probe2 G8: the kept final model (step 4) outranked checkpoint-3, so `continue` with max_steps 6
+    after checkpoint-4 was deleted (or damaged) was refused: "no checkpoint is left to train on ...
+    (they were deleted)", while checkpoint-3 was there. It trains on from checkpoint-3."""
+    full = setup["full"][0]
+    run = setup["root"] / "lastgone"
+    shutil.copytree(full, run)
+    shutil.rmtree(run / "model")
+    shutil.rmtree(run / "checkpoint-4")
+    with caplog.at_level("INFO", logger="olmpipe.train"):
+        assert train_seed(_config(resume="continue", grpo={**GRPO, "max_steps": 6}), seed=0, model_path=setup["model"],
+                          pages=setup["pages"], tests_dir=setup["tests"], run_dir=run,
+                          reward_funcs=[LowIdReward()]) == 0
+    assert f"resuming from {run / 'checkpoint-3'} (step 3)" in caplog.text
+    assert json.loads((run / "model" / "olmpipe_train.json").read_text())["steps"] == 6
+    assert [row["step"] for row in map(json.loads, (run / "metrics.jsonl").read_text().splitlines())
+            if "loss" in row] == [1, 2, 3, 4, 5, 6]

@@ -168,6 +168,23 @@ def _check_adapter_shape(decision: ResumeDecision, settings: Mapping[str, Any], 
             f"run is moved to {run_dir.name}.old-<time>/, not deleted).")
 
 
+def _train_on_from_checkpoint(decision: ResumeDecision, run_dir: Path, max_steps: int) -> ResumeDecision:
+    """The newest complete checkpoint instead of the kept final model when ``max_steps`` asks for more
+    training than the kept model had (``train.resume: continue``): a run whose last checkpoint was
+    damaged or deleted, but not the ones before it, trains on from those (was: refused as if every
+    checkpoint were gone)."""
+    from olmpipe.train.final import read_kept
+
+    if decision.kept is None or max_steps <= 0:
+        return decision
+    kept, found = read_kept(run_dir), checkpoints(run_dir)
+    if kept is None or kept.step >= max_steps or not found:
+        return decision
+    logger.warning("%s is at step %d of max_steps %d and holds no optimizer state: training on from %s, the "
+                   "newest complete checkpoint", kept.path, kept.step, max_steps, found[-1])
+    return ResumeDecision(found[-1])
+
+
 def _finish_from_kept(run_dir: Path, final_dir: Path, max_steps: int) -> int:
     """Write the final model again from the run's kept copy (no checkpoint holds the run's end any
     more: :mod:`olmpipe.train.final`); refused when ``max_steps`` asks for more training."""
@@ -176,8 +193,8 @@ def _finish_from_kept(run_dir: Path, final_dir: Path, max_steps: int) -> int:
     kept = read_kept(run_dir)
     if 0 < max_steps and kept.step < max_steps:
         raise ResumeMismatchError(
-            f"{kept.path} holds this run's final model at step {kept.step}, and no checkpoint is left to train on "
-            f"to max_steps {max_steps} (they were deleted). Set train.grpo.max_steps back to {kept.step} to write "
+            f"{kept.path} holds this run's final model at step {kept.step}, and no complete checkpoint is left to train on "
+            f"to max_steps {max_steps}. Set train.grpo.max_steps back to {kept.step} to write "
             f"{final_dir} from it, or start over (train.resume: restart; the old run is moved to "
             f"{run_dir.name}.old-<time>/, not deleted).")
     if _rank() == 0:
@@ -301,8 +318,9 @@ def _train_locked(
                             training_set=training_set_id(examples), base_model=weights_fingerprint(model_path))
     fingerprint = trajectory_fingerprint(settings)
     decision = _resolve(tcfg["resume"], run_dir, settings, final_dir)
-    checkpoint = decision.checkpoint
     max_steps = knobs["max_steps"]
+    decision = _train_on_from_checkpoint(decision, run_dir, max_steps)
+    checkpoint = decision.checkpoint
     _check_adapter_shape(decision, settings, run_dir)
     if decision.kept is not None:
         return _finish_from_kept(run_dir, final_dir, max_steps)
