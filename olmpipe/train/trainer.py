@@ -4,7 +4,7 @@ Why this exists: transformers 5 saves checkpoints in the model's *original* (hub
 ``save_pretrained`` reverts its weight conversions (``revert_weight_conversion`` in
 ``transformers/modeling_utils.py``, ``save_original_format=True``), so a Qwen2.5-VL checkpoint holds
 ``visual.*`` / ``model.*`` keys while the live model names them ``model.visual.*`` /
-``model.language_model.*``. ``Trainer._load_from_checkpoint`` (transformers 5.24
+``model.language_model.*``. transformers' checkpoint load (olmpipe.compat.trl, transformers 5.24
 ``trainer.py:3610``, the load at ``:3703``) then calls ``model.load_state_dict(state_dict, strict=False)`` on the
 raw file: no key matches, nothing is loaded, and a resumed run silently continues from the *base*
 weights with the checkpoint's optimizer state, step count and metrics (every preemption restart
@@ -144,7 +144,7 @@ class ResumableGRPOTrainer(GRPOTrainerSeams):
     experts; after every ``sync_weights`` the engine's prefix and vision-encoder caches are dropped
     (:func:`~olmpipe.compat.vllm.drop_stale_caches`; TRL 1.16 resets only the
     prefix cache). Qwen3-VL-MoE's expert weights are sent in the layout vLLM loads
-    (:meth:`_sync_experts_in_published_layout`, colocate and server mode). See docs/vllm.md.
+    (:meth:`sync_experts_in_published_layout`, colocate and server mode). See docs/vllm.md.
     """
 
     #: Set by :class:`olmpipe.train.callbacks.StopOnSignal` when a stop signal arrived: the checkpoint
@@ -164,12 +164,12 @@ class ResumableGRPOTrainer(GRPOTrainerSeams):
         from accelerate.utils import is_peft_model
 
         if is_peft_model(self.model):
-            self._prepare_adapter()
+            self.prepare_adapter()
         if colocate:
-            self._refresh_after_sync()
-        self._sync_experts_in_published_layout()
+            self.refresh_after_sync()
+        self.sync_experts_in_published_layout()
 
-    def _sync_experts_in_published_layout(self) -> None:
+    def sync_experts_in_published_layout(self) -> None:
         """Qwen3-VL-MoE: send the fused expert weights to vLLM in the layout its loader expects.
 
         vLLM 0.31 loads Qwen3-VL-MoE experts as published checkpoints store them and transposes them
@@ -187,7 +187,7 @@ class ResumableGRPOTrainer(GRPOTrainerSeams):
             return
         set_vllm_weight_stream(self, lambda: published_layout(named_params()))
 
-    def _prepare_adapter(self) -> None:
+    def prepare_adapter(self) -> None:
         """LoRA: every trained tensor in float32, and vLLM syncs that leave the base as it was.
 
         See :mod:`olmpipe.train.peft`. The trained tensors (the adapter, and the copies of
@@ -212,7 +212,7 @@ class ResumableGRPOTrainer(GRPOTrainerSeams):
         model = self.model
         set_vllm_weight_stream(self, lambda: merged_named_params(model))
 
-    def _refresh_after_sync(self) -> None:
+    def refresh_after_sync(self) -> None:
         from olmpipe.compat.vllm import drop_stale_caches
 
         after_vllm_weight_sync(self, drop_stale_caches)
@@ -221,7 +221,7 @@ class ResumableGRPOTrainer(GRPOTrainerSeams):
         """The Hugging Face copy of the weights in every checkpoint, except the one written on a stop
         signal under DeepSpeed.
 
-        transformers writes every checkpoint by saving the model first (``Trainer._save_checkpoint``
+        transformers writes every checkpoint by saving the model first (its checkpoint writer, see olmpipe.compat.trl
         -> :meth:`save_model`, :class:`~olmpipe.compat.trl.GRPOTrainerSeams`), then DeepSpeed's own
         ``save_checkpoint`` (transformers 5.24 ``trainer.py:3552-3561``), which holds the 16-bit module
         and the float32 master weights a resume loads (``deepspeed_load_checkpoint``). The Hugging
@@ -282,7 +282,7 @@ class ResumableGRPOTrainer(GRPOTrainerSeams):
 def _restore(model: Any, checkpoint: str | Path) -> None:
     """A checkpoint's trained weights into ``model``: the adapter of a LoRA run, else every weight.
 
-    transformers' own PEFT branch (``Trainer._load_from_checkpoint``, transformers 5.24 trainer.py:3709-3728) calls
+    transformers' own PEFT branch (its checkpoint load, olmpipe.compat.trl; transformers 5.24 trainer.py:3709-3728) calls
     ``load_adapter``, which does not check what it restored; :func:`olmpipe.train.peft.load_adapter_checkpoint`
     restores every adapter tensor in place or raises.
     """
