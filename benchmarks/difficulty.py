@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     from support.difficultybench import ScriptedOCR, make_mixed_bench
 
     from olmpipe.difficulty import FilterSettings, filter_page_index, run_difficulty
-    from olmpipe.tinymodel import build_tiny_model
+    from olmpipe.models.tiny import build_tiny_model
 
     k = args.samples or args.num_generations
     g = args.num_generations

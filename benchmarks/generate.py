@@ -1,6 +1,6 @@
 """Generation throughput of the transformers backend on the embedded tiny model, at 1 and 2 threads.
 
-Runs the baseline stage's own code path (:func:`olmpipe.eval_run.run_generation_and_scoring`: page
+Runs the baseline stage's own code path (:func:`olmpipe.evaluate.engine.run_generation_and_scoring`: page
 images, chat template, processor, ``generate``, front matter parsing, journal and candidate I/O,
 scoring) on real pages of the bundled sample rendered at 1288 px, with the model loaded once and
 injected so that load time is not counted. Prints, per thread count, pages/s (best of
@@ -45,7 +45,7 @@ def render_pages(bench: Path, count: int, out: Path, longest_side: int) -> list[
     """Render the first ``count`` pages of the bench (sorted PDFs) as PNGs; page index entries."""
     import pypdfium2 as pdfium
 
-    from olmpipe.benchdirs import discover_pdfs, pdf_path_for
+    from olmpipe.bench.folders import discover_pdfs, pdf_path_for
     from olmpipe.rasterize import render_page
 
     entries = []
@@ -83,7 +83,7 @@ def write_stage(out: Path, entries: list[dict]) -> tuple[Path, Path]:
 def time_vllm(cfg: dict, model_path: Path, index: Path, tests: Path, work: Path, rounds: int,
               dtype: str) -> list[dict]:
     """Rounds of the same stage run through the vLLM backend, its engine started once beforehand."""
-    from olmpipe.eval_run import run_generation_and_scoring
+    from olmpipe.evaluate.engine import run_generation_and_scoring
     from olmpipe.generate.vllm_backend import VLLMBackend
 
     gen = {**cfg["generation"], "backend": "vllm"}
@@ -148,10 +148,10 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from olmpipe.eval_run import run_generation_and_scoring
+    from olmpipe.evaluate.engine import run_generation_and_scoring
     from olmpipe.generate.transformers_backend import TransformersBackend
-    from olmpipe.modelload import load_model_and_processor
-    from olmpipe.tinymodel import build_tiny_model
+    from olmpipe.models.load import load_model_and_processor
+    from olmpipe.models.tiny import build_tiny_model
 
     overrides: dict = {"eval_run": {"resume": False, "progress": False}, "generation": {}}
     for key, value in (

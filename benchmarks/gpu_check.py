@@ -224,7 +224,7 @@ def check_zero2(setup: dict[str, Path], device: str) -> list[dict[str, Any]]:
 def _probe_shape(device: str) -> tuple[dict[str, Any], int, int]:
     """(config.json fields, page pixels, completion tokens) of the probe: Qwen2.5-VL-7B on a GPU, a
     model of the same structure with tiny widths on the CPU (head size kept: Qwen2.5-VL's mrope)."""
-    from olmpipe.known_models import KNOWN_MODELS
+    from olmpipe.models.known import KNOWN_MODELS
 
     fields = dict(KNOWN_MODELS["Qwen/Qwen2.5-VL-7B-Instruct"])
     if device == "cuda":
@@ -258,7 +258,8 @@ def _probe(device: str, checkpointing: bool) -> list[dict[str, Any]]:
 
     from olmpipe.compat.trl import selective_log_softmax
     from olmpipe.config import load_config
-    from olmpipe.plan import GIB, PROMPT_TEXT_TOKENS, memory_plan, shape_from_config
+    from olmpipe.plan import GIB, memory_plan, shape_from_config
+    from olmpipe.prompts import PROMPT_TEXT_TOKENS
 
     fields, pixels, completion = _probe_shape(device)
     shape = shape_from_config(fields, "probe")
@@ -335,7 +336,7 @@ def _probe(device: str, checkpointing: bool) -> list[dict[str, Any]]:
 def _setup(work: Path) -> dict[str, Path]:
     from trainkit import make_page_index
 
-    from olmpipe.tinymodel import build_tiny_model
+    from olmpipe.models.tiny import build_tiny_model
 
     model = work / "tiny"
     if not (model / "config.json").exists():
@@ -421,7 +422,7 @@ def prepare_wheelhouse(out: Path, python_version: str) -> None:
     out.mkdir(parents=True, exist_ok=True)
     tag = python_version.replace(".", "")
     platforms = [f"--platform=manylinux_2_{n}_x86_64" for n in (17, 24, 27, 28)] + ["--platform=manylinux2014_x86_64"]
-    from olmpipe.train.packages import SUPPORTED
+    from olmpipe.job.packages import SUPPORTED
 
     for dist, kind in WHEELHOUSE.items():
         try:

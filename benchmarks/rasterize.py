@@ -30,7 +30,7 @@ from PIL import Image
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from olmpipe.benchdirs import discover_pdfs, pdf_path_for
+from olmpipe.bench.folders import discover_pdfs, pdf_path_for
 from olmpipe.rasterize import rasterize_pdf, render_page
 
 

@@ -80,8 +80,8 @@ def completions_for(pdf: str, page: int, n: int, rng: random.Random) -> list[str
 
 def reward_step(keys, pages, generations: int, processes: int, rng: random.Random, rounds: int) -> dict:
     from olmpipe.config import load_config
+    from olmpipe.models.tiny import TinySpec, build_tokenizer
     from olmpipe.rewards import build_rewards
-    from olmpipe.tinymodel import TinySpec, build_tokenizer
 
     cfg = load_config(overrides={"rewards": {"bench": {"processes": processes}}})
     tokenizer = build_tokenizer(TinySpec())
@@ -126,8 +126,8 @@ def tiny_step(n_pages: int, generations: int, steps: int, max_len: int) -> float
     make_page_index = test_helper("trainkit").make_page_index
 
     from olmpipe.config import load_config
+    from olmpipe.models.tiny import build_tiny_model
     from olmpipe.records.metrics import read_metrics
-    from olmpipe.tinymodel import build_tiny_model
     from olmpipe.train.run import train_seed
 
     torch.set_num_threads(1)

@@ -42,65 +42,77 @@ RULE_CODE: Mapping[str, tuple[str, ...]] = MappingProxyType({
     # Editing olmpipe/rasterize.py re-renders every page (the page manifests record this hash).
     # Every rule lists the olmpipe.records modules through which it writes its files: they own the
     # formats the next stage reads. The result paths (olmpipe.layout) are in no list: a changed path
-    # is a changed output, which Snakemake sees itself; the bench folders read (olmpipe.benchdirs) are.
-    "rasterize": ("olmpipe.rasterize", "olmpipe.benchdirs", "olmpipe.records.files", "olmpipe.records.manifest"),
+    # is a changed output, which Snakemake sees itself; the bench folders read (olmpipe.bench.folders) are.
+    "rasterize": ("olmpipe.rasterize", "olmpipe.bench.folders", "olmpipe.records.files", "olmpipe.records.manifest"),
     # The test loader (olmpipe.bench.model/normalize) but not the scorer: scoring edits must not
     # rerun the chain.
     "validate": (
-        "olmpipe.validate",
-        "olmpipe.split",
-        "olmpipe.benchdirs",
+        "olmpipe.validate.stage",
+        "olmpipe.validate.split",
+        "olmpipe.bench.folders",
         "olmpipe.bench.model",
         "olmpipe.bench.normalize",
         "olmpipe.records.files",
         "olmpipe.records.manifest",
         "olmpipe.records.pages",
     ),
-    # The tiny model's builder and the processor class and chat template it saves (olmpipe.modelload),
-    # and the architectures' classes and image budgets (olmpipe.architectures).
-    "build_model": ("olmpipe.tinymodel", "olmpipe.modelload", "olmpipe.architectures", "olmpipe.records.models"),
+    # The tiny model's builder and the processor class and chat template it saves (olmpipe.models.load),
+    # and the architectures' classes and image budgets (olmpipe.models.architectures).
+    "build_model": ("olmpipe.models.tiny", "olmpipe.models.load", "olmpipe.models.architectures", "olmpipe.records.models"),
     # Generation and scoring of the eval pages: baseline_generate and evaluate_generate run the same
-    # code, so editing it reruns both (their entry points olmpipe.baseline, olmpipe.evaluate are thin).
+    # code, so editing it reruns both (their entry points olmpipe.evaluate.baseline, olmpipe.evaluate.stage are thin).
     "generate": (
-        "olmpipe.eval_run",
+        "olmpipe.evaluate.engine",
         "olmpipe.generate",
         "olmpipe.prompts",
         "olmpipe.bench",
-        "olmpipe.benchdirs",
+        "olmpipe.bench.folders",
         "olmpipe.records",
     ),
-    # train_seed: the trainer (with its seams into TRL/transformers/vLLM, olmpipe.compat), the rewards
-    # and the prompt. The unit-test engine (olmpipe.bench) is left out on purpose, as validate leaves
+    # train_seed: the training job (olmpipe.job), GRPO's steps and trainer (olmpipe.train, not the
+    # soup), with its seams into TRL/transformers/vLLM (olmpipe.compat), the rewards and the prompt. The unit-test engine (olmpipe.bench) is left out on purpose, as validate leaves
     # out the scorer: a refactor there must not throw away days of GPU training; after a change of
     # test semantics retrain with `snakemake -R train_seed`.
-    "train_seed": ("olmpipe.train", "olmpipe.compat", "olmpipe.rewards", "olmpipe.prompts", "olmpipe.records"),
+    "train_seed": (
+        "olmpipe.job",
+        "olmpipe.train.run",
+        "olmpipe.train.trainer",
+        "olmpipe.train.args",
+        "olmpipe.train.completions",
+        "olmpipe.train.vllm_server",
+        "olmpipe.train.cli",
+        "olmpipe.config.grpo_fields",
+        "olmpipe.compat",
+        "olmpipe.rewards",
+        "olmpipe.prompts",
+        "olmpipe.records",
+    ),
     # The difficulty stage samples through the generation engine and scores with the trainer's
     # rewards and dataset columns; like train_seed it leaves the unit-test engine out (a scorer
     # refactor must not resample), so after a change of test semantics use -R difficulty_sample.
     "difficulty_sample": (
         "olmpipe.difficulty",
-        "olmpipe.eval_run",
         "olmpipe.generate",
         "olmpipe.prompts",
         "olmpipe.rewards",
-        "olmpipe.train.data",
-        "olmpipe.modelload",
+        "olmpipe.job.data",
+        "olmpipe.models.load",
         "olmpipe.records",
     ),
     "difficulty_filter": ("olmpipe.difficulty.filter", "olmpipe.difficulty.settings", "olmpipe.records"),
-    "soup": ("olmpipe.soup", "olmpipe.records.files", "olmpipe.records.models"),
+    "soup": ("olmpipe.train.soup", "olmpipe.records.files", "olmpipe.records.models"),
     # Not a rule: the code whose edits invalidate the finished generations a generation job (or the
-    # difficulty stage) reuses from its journal (olmpipe.eval_run.generation_fingerprint). Decoding
+    # difficulty stage) reuses from its journal (olmpipe.evaluate.engine.generation_fingerprint). Decoding
     # and prompt only: a scorer edit reruns `generate` but rescores the journaled pages.
     "generations": ("olmpipe.generate", "olmpipe.prompts"),
     # The comparison (not the trained model's generation: editing the statistics or guards reruns
     # only the comparison and the report).
-    "evaluate_compare": ("olmpipe.evaluate", "olmpipe.compare", "olmpipe.stats", "olmpipe.guards", "olmpipe.records"),
+    "evaluate_compare": ("olmpipe.evaluate.stage", "olmpipe.evaluate.compare", "olmpipe.evaluate.stats", "olmpipe.evaluate.guards", "olmpipe.records"),
     # report_plots and report_html: editing a plot or the page reruns only the report.
     "report": (
-        "olmpipe.report",
-        "olmpipe.report_html",
-        "olmpipe.plots",
+        "olmpipe.report.page",
+        "olmpipe.report.template",
+        "olmpipe.report.plots",
         "olmpipe.bench.describe",
         "olmpipe.bench.model",
         "olmpipe.records",

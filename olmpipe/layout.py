@@ -93,10 +93,10 @@ TRAIN_DIR = RESULTS / "train"
 TRAIN_RUN = str(TRAIN_DIR / "seed{seed}")
 #: The final model folder of a training run (rule ``train_seed``'s output), inside its run folder.
 FINAL_MODEL_NAME = "model"
-#: LoRA runs: the trained adapter, beside the final model in the run folder (:mod:`olmpipe.train.peft`).
+#: LoRA runs: the trained adapter, beside the final model in the run folder (:mod:`olmpipe.job.peft`).
 ADAPTER_NAME = "adapter"
 #: Hard links to the files of the last final model a run folder published (no Snakemake output, so a
-#: rerun job's output cleanup leaves it; :mod:`olmpipe.train.final`).
+#: rerun job's output cleanup leaves it; :mod:`olmpipe.job.final`).
 KEPT_MODEL_NAME = "model.kept"
 #: The average of the seeds' final weights (rule ``soup``), the model the evaluate stage scores.
 SOUP_MODEL_DIR = TRAIN_DIR / "soup" / FINAL_MODEL_NAME
@@ -111,7 +111,7 @@ REPORT_DIR = RESULTS / "report"
 #: The self-contained HTML report (rule ``report_html``) and its plots (rule ``report_plots``).
 REPORT_HTML = REPORT_DIR / "index.html"
 PLOTS_DIR = REPORT_DIR / "plots"
-#: The report's plots, by name (:func:`olmpipe.plots.write_plots` draws each one).
+#: The report's plots, by name (:func:`olmpipe.report.plots.write_plots` draws each one).
 PLOT_NAMES = ("rewards", "type_rates", "page_change")
 
 
@@ -148,7 +148,7 @@ def final_model_dir(run_dir: str | Path) -> str:
 
 
 def kept_model_dir(run_dir: str | Path) -> str:
-    """The kept copy of a run's final model (``<run>/model.kept``, :mod:`olmpipe.train.final`)."""
+    """The kept copy of a run's final model (``<run>/model.kept``, :mod:`olmpipe.job.final`)."""
     return str(PurePosixPath(str(run_dir)) / KEPT_MODEL_NAME)
 
 
@@ -159,7 +159,7 @@ def final_metrics(run_dir: str | Path) -> str:
 
 
 def eval_run_files(run: str | Path) -> dict[str, str]:
-    """The outputs of a generate-and-score run folder (:mod:`olmpipe.eval_run`), by rule output name.
+    """The outputs of a generate-and-score run folder (:mod:`olmpipe.evaluate.engine`), by rule output name.
 
     ``run`` is :func:`baseline_run_dir` or :func:`evaluate_run_dir`; ``candidate`` is a folder.
     """
@@ -307,7 +307,7 @@ def model_dir(cfg: Mapping[str, Any]) -> str:
     downloaded folder (:func:`hub_model_dir`) for a hub id, else ``model.path`` itself.
 
     No job resolves a hub id: the ``download_model`` rule fetches it on the submitting machine, and
-    the jobs read its folder offline (:mod:`olmpipe.hubmodel`).
+    the jobs read its folder offline (:mod:`olmpipe.models.hub`).
     """
     if cfg["model"]["path"] == "embedded":
         return str(TINY_MODEL_DIR)

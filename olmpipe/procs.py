@@ -2,7 +2,7 @@
 exit code of a training process stopped to be resumed.
 
 Used where olmpipe must not leave processes behind: the trainer's parent watch
-(:mod:`olmpipe.train.runlock`), the supervised multi-process launcher (:mod:`olmpipe.launch.supervise`)
+(:mod:`olmpipe.job.runlock`), the supervised multi-process launcher (:mod:`olmpipe.launch.supervise`)
 and the managed vLLM server (:mod:`olmpipe.train.vllm_server`).
 """
 
@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 
 #: Exit code of a training job stopped by SIGTERM after its checkpoint (EX_TEMPFAIL: run it again to
-#: resume); the trainer returns it (:mod:`olmpipe.train.callbacks`) and so does the supervised
+#: resume); the trainer returns it (:mod:`olmpipe.job.callbacks`) and so does the supervised
 #: launcher (:func:`olmpipe.launch.supervise.supervise`).
 EXIT_PREEMPTED = 75
 

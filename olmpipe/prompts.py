@@ -49,7 +49,7 @@ PROMPT_V4_YAML = (
 
 #: Prompt tokens besides the page image: this instruction and the chat template around it (about
 #: 130 tokens with the Qwen2.5-VL and Qwen3-VL tokenizers), rounded up. The image adds the tokens
-#: of :meth:`olmpipe.architectures.ImageBudget.tokens` (the processor expands one placeholder into
+#: of :meth:`olmpipe.models.architectures.ImageBudget.tokens` (the processor expands one placeholder into
 #: them), so one page's prompt is at most ``image tokens + PROMPT_TEXT_TOKENS`` long.
 PROMPT_TEXT_TOKENS = 160
 

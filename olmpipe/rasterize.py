@@ -297,7 +297,7 @@ def rasterize_pdfs(
 
 def bench_jobs(bench_dir: str | Path, pages_root: str | Path) -> list[PdfJob]:
     """One :class:`PdfJob` per PDF of a bench folder, its pages under ``pages_root/<stem>/``."""
-    from olmpipe.benchdirs import clean_dir, pdf_files, pdf_path_for
+    from olmpipe.bench.folders import clean_dir, pdf_files, pdf_path_for
     from olmpipe.layout import page_dir_for
 
     return [PdfJob(pdf_path_for(bench_dir, stem, pdf_id), pdf_id, str(page_dir_for(stem, root=pages_root)),
@@ -342,7 +342,7 @@ def rasterize_bench(
 
 def main(argv: list[str] | None = None) -> int:
     """Command line: render the benches of the config as the workflow does, or one bench folder."""
-    from olmpipe.benchdirs import BenchLayoutError, benches
+    from olmpipe.bench.folders import BenchLayoutError, benches
     from olmpipe.codeversion import rule_code_version
     from olmpipe.config import ConfigError, load_config
     from olmpipe.layout import MAIN_PAGES, RASTERIZE_DIR, stage_config

@@ -3,7 +3,7 @@
     accelerate launch --config_file workflow/accelerate/ddp.yaml --num_processes 2 tests/barrier_probe.py \\
         TIMEOUT_S OUT_DIR
 
-Every rank writes ``rank<R>.json``: the default group's timeout after :func:`olmpipe.train.run.init_distributed`
+Every rank writes ``rank<R>.json``: the default group's timeout after :func:`olmpipe.job.distributed.init_distributed`
 and again after transformers' ``TrainingArguments`` set up its devices (which builds its own
 ``PartialState(timeout=ddp_timeout)``); rank 0 then records how its barrier ended (``done.json``)
 while rank 1 waits for that file, alive, so that only the timeout can end the barrier.
@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from olmpipe.train.run import init_distributed
+from olmpipe.job.distributed import init_distributed
 
 
 def group_timeout_s() -> float:

@@ -18,7 +18,7 @@ import pytest
 def tiny_models(tmp_path_factory):
     """``tiny_models(architecture)``: the embedded tiny model of that architecture (qwen2_5_vl,
     qwen2_vl, qwen3_vl, qwen3_vl_moe), each built once per test session (about 4 s, no network)."""
-    from olmpipe.tinymodel import build_tiny_model
+    from olmpipe.models.tiny import build_tiny_model
 
     built = {}
 

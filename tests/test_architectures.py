@@ -1,4 +1,4 @@
-"""olmpipe.architectures: which architecture a model folder is, and what it implies, checked against
+"""olmpipe.models.architectures: which architecture a model folder is, and what it implies, checked against
 the installed transformers classes (image processor, saved names, fused experts) on tiny models."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from support.pages import letter_page, processor_image_tokens
 
-from olmpipe.architectures import (
+from olmpipe.models.architectures import (
     ARCHITECTURES,
     FUSED_EXPERTS,
     ImageBudget,
@@ -98,7 +98,7 @@ def test_saved_names_are_what_transformers_writes(arch_key, tiny_models, tmp_pat
     back (Qwen2/2.5-VL rename model.language_model/model.visual; Qwen3-VL keeps the live names)."""
     from safetensors import safe_open
 
-    from olmpipe.modelload import load_model_and_processor
+    from olmpipe.models.load import load_model_and_processor
 
     folder = tiny_models(arch_key)
     arch = architecture_of_model(folder)
@@ -117,7 +117,7 @@ def test_module_prefixes_locate_language_model_and_vision_tower(arch_key, tiny_m
     under vision_prefix; Qwen3-VL-MoE's experts and router are parameters, not nn.Linear."""
     import torch
 
-    from olmpipe.modelload import load_model_and_processor
+    from olmpipe.models.load import load_model_and_processor
 
     model, _ = load_model_and_processor(tiny_models(arch_key))
     arch = ARCHITECTURES[arch_key]
@@ -141,7 +141,7 @@ def test_moe_experts_are_saved_in_the_published_layout_and_read_back(tiny_models
     import torch
     from safetensors import safe_open
 
-    from olmpipe.modelload import load_model_and_processor
+    from olmpipe.models.load import load_model_and_processor
 
     folder = tiny_models("qwen3_vl_moe")
     model, _ = load_model_and_processor(folder)
@@ -186,7 +186,7 @@ def test_load_config_stops_on_an_unsupported_model_folder(tmp_path):
 
 
 def test_the_loader_refuses_an_unsupported_folder(tmp_path):
-    from olmpipe.modelload import load_model_and_processor
+    from olmpipe.models.load import load_model_and_processor
 
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "llava"}))
     with pytest.raises(UnsupportedArchitectureError, match="model_type 'llava'"):

@@ -49,13 +49,13 @@ def test_the_table_is_read_only_and_an_unknown_rule_says_what_to_do():
 def test_the_rules_use_every_entry_of_the_table():
     """Each `rule_code_version("...")` of the workflow names an entry, no entry is left unused, and
     no code list exists outside the table: the package's one other user is the generation journal
-    (entry `generations`, olmpipe.eval_run and the difficulty stage)."""
+    (entry `generations`, olmpipe.generate.journal and the difficulty stage)."""
     text = "\n".join(p.read_text() for p in [REPO / "Snakefile", *sorted((REPO / "workflow" / "rules").glob("*.smk"))])
     used = set(re.findall(r'rule_code_version\("(\w+)"\)', text))
     package = {str(p.relative_to(REPO)): p.read_text() for p in sorted((REPO / "olmpipe").rglob("*.py"))
                if p.name != "codeversion.py"}
     journal = {name for name, source in package.items() if 'rule_code_version("generations")' in source}
-    assert journal == {"olmpipe/eval_run.py", "olmpipe/difficulty/sample.py"}
+    assert journal == {"olmpipe/generate/journal.py", "olmpipe/difficulty/sample.py"}
     assert used | {"generations"} == set(RULE_CODE) and "generations" not in used
     for source in [text, *package.values()]:
         assert "code_version(" not in re.sub(r"rule_code_version\(", "", source)  # no list outside the table

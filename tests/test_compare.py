@@ -1,4 +1,4 @@
-"""Tests of olmpipe.compare: every number of a comparison of two hand-made runs, checked by hand.
+"""Tests of olmpipe.evaluate.compare: every number of a comparison of two hand-made runs, checked by hand.
 
 The fixture is a bench of two categories (a.jsonl: 4 tests, b.jsonl: 2 tests) on three one-page
 PDFs, and two candidate folders of three repeats per page whose pass patterns are known:
@@ -27,9 +27,9 @@ import numpy as np
 import pytest
 from support.runs import BASELINE_TEXTS, TRAINED_TEXTS, make_run
 
-from olmpipe import compare
-from olmpipe.compare import CompareSettings, ComparisonError, compare_runs, format_table, load_run
-from olmpipe.guards import GuardSettings
+from olmpipe.evaluate import compare
+from olmpipe.evaluate.compare import CompareSettings, ComparisonError, compare_runs, format_table, load_run
+from olmpipe.evaluate.guards import GuardSettings
 
 SETTINGS = CompareSettings(bootstrap_samples=5, ci_level=0.95, permutations=1000, exact_max=16, seed=0)
 

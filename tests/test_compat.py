@@ -162,7 +162,7 @@ def _trainer(model_dir: Path, out: Path, **config):
     from datasets import Dataset
     from trl import GRPOConfig
 
-    from olmpipe.modelload import load_model_and_processor
+    from olmpipe.models.load import load_model_and_processor
     from olmpipe.train.trainer import ResumableGRPOTrainer
 
     model, processor = load_model_and_processor(model_dir, dtype="float32", device="cpu")
@@ -257,7 +257,7 @@ def test_a_new_sampler_argument_is_refused_not_dropped():
 
 def test_latest_generation_batch_and_completions_table_of_a_real_step(tmp_path, tiny_model_dir):
     from olmpipe.compat.trl import latest_generation_batch
-    from olmpipe.train.callbacks import CompletionsTable
+    from olmpipe.train.completions import CompletionsTable
 
     trainer = _trainer(tiny_model_dir, tmp_path / "out")
     assert latest_generation_batch(trainer) is None  # nothing generated yet
@@ -275,7 +275,7 @@ def test_latest_generation_batch_and_completions_table_of_a_real_step(tmp_path, 
 
 def test_a_changed_record_switches_the_table_off_without_stopping_training(tmp_path, tiny_model_dir, caplog):
     from olmpipe.compat.trl import latest_generation_batch
-    from olmpipe.train.callbacks import CompletionsTable
+    from olmpipe.train.completions import CompletionsTable
 
     trainer = _trainer(tiny_model_dir, tmp_path / "out")
     trainer._logs = {k: v for k, v in trainer._logs.items() if k != "advantages"}  # as a later TRL might
@@ -404,7 +404,7 @@ def test_lora_stream_names_are_trls_and_leave_the_base_alone(tmp_path, tiny_mode
     from peft import LoraConfig, get_peft_model
 
     from olmpipe.compat.trl import vllm_weight_stream
-    from olmpipe.train.peft import merged_named_params
+    from olmpipe.job.peft import merged_named_params
 
     trainer = _trainer(tiny_model_dir, tmp_path)
     trainer.model = get_peft_model(trainer.model, LoraConfig(r=4, target_modules=["q_proj", "v_proj"]))
@@ -440,7 +440,7 @@ def _untied(tiny_model_dir: Path, out: Path):
 
 def test_tied_weights_are_the_ones_the_config_ties(tmp_path, tiny_model_dir):
     from olmpipe.compat.transformers import tied_weight_names
-    from olmpipe.modelload import load_model_and_processor
+    from olmpipe.models.load import load_model_and_processor
 
     tied, _ = load_model_and_processor(tiny_model_dir, dtype="float32", device="cpu")
     assert tied_weight_names(tied) == {"lm_head.weight"}
@@ -456,7 +456,7 @@ def test_a_checkpoint_without_the_trained_lm_head_of_an_untied_model_is_refused(
     missing it passed for complete and the resume kept the base lm_head."""
     from safetensors.torch import load_file, save_file
 
-    from olmpipe.train.trainer import CheckpointLoadError, load_checkpoint_weights
+    from olmpipe.job.trainer import CheckpointLoadError, load_checkpoint_weights
 
     model = _untied(tiny_model_dir, tmp_path / "ckpt")
     weights = tmp_path / "ckpt" / "model.safetensors"

@@ -30,7 +30,7 @@ def test_every_key_is_typed_described_and_defaulted():
         assert "default" in sub, f"{path}: no default"
         if sub["type"] == "object" and path != "train.grpo":
             assert sub.get("additionalProperties") is False, f"{path}: must reject unknown keys"
-    # train.grpo is open to every GRPOConfig field; olmpipe.train.grpo_fields checks names and types
+    # train.grpo is open to every GRPOConfig field; olmpipe.config.grpo_fields checks names and types
     assert load_schema()["properties"]["train"]["properties"]["grpo"]["additionalProperties"] is True
 
 

@@ -152,8 +152,8 @@ def test_samples_per_page_have_a_maximum():
 def test_training_jobs_unchanged_while_the_filter_is_off():
     """Off (the default), a seed's job config and resume settings are what they were before the
     stage existed; on, the filter's settings enter both."""
-    from olmpipe.train.jobconfig import seed_config
-    from olmpipe.train.resume import run_settings
+    from olmpipe.job.jobconfig import seed_config
+    from olmpipe.job.resume import run_settings
 
     off = load_config()
     assert "difficulty" not in seed_config(off, 0)["train"]
@@ -403,11 +403,11 @@ def test_filter_keeping_fewer_pages_than_one_training_batch_stops_there(tmp_path
 def test_command_line_runs_both_steps(tmp_path, mixed, tiny_model_dir, monkeypatch):
     """``olmpipe difficulty`` on a config: sample (the configured backend replaced by the scripted
     one) and filter; exit 1 with one line for a missing page index."""
-    import olmpipe.eval_run
+    import olmpipe.generate.journal
     from olmpipe.cli import main
 
     pages, tests, kinds = mixed
-    monkeypatch.setattr(olmpipe.eval_run, "make_backend", lambda generation, model: ScriptedOCR(kinds))
+    monkeypatch.setattr(olmpipe.generate.journal, "make_backend", lambda generation, model: ScriptedOCR(kinds))
     cfg_file = tmp_path / "c.yaml"
     cfg_file.write_text(json.dumps({"train": {"grpo": GRPO}, "rewards": {"bench": {"processes": 0}}}))
     out = tmp_path / "out"

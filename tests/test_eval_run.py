@@ -1,4 +1,4 @@
-"""olmpipe.eval_run (the baseline and evaluate engine): the stage's files, resume without regenerating, failures, and the real tiny model."""
+"""olmpipe.evaluate.engine (the baseline and evaluate engine): the stage's files, resume without regenerating, failures, and the real tiny model."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from olmpipe.baseline import main
 from olmpipe.codeversion import rule_code_version
 from olmpipe.config import load_config
-from olmpipe.eval_run import (
+from olmpipe.evaluate.baseline import main
+from olmpipe.evaluate.engine import (
     EvalRunError,
     load_eval_tests,
     run_generation_and_scoring,
@@ -236,7 +236,7 @@ def test_restarted_run_skips_finished_pages(stage):
 def test_complete_rerun_does_not_build_a_backend(stage, monkeypatch):
     cfg, index, tests, out = stage
     run(stage, EchoBackend())
-    from olmpipe import eval_run as baseline
+    from olmpipe.generate import journal as baseline
 
     def refuse(*args, **kwargs):
         raise AssertionError("no backend should be built when everything is finished")
@@ -474,7 +474,7 @@ def test_pipeline_mode_retries_rotated_pages_and_counts_them(stage):
 
 
 def test_pipeline_mode_off_keeps_records_summary_and_fingerprint(stage):
-    from olmpipe import eval_run as baseline
+    from olmpipe.generate import journal as baseline
 
     run(stage, EchoBackend())
     out = stage[3]
@@ -506,7 +506,7 @@ def test_pipeline_mode_with_the_tiny_model_on_a_rotated_sample_page(stage, tiny_
     from PIL import Image
 
     from olmpipe.generate.transformers_backend import TransformersBackend
-    from olmpipe.modelload import load_model_and_processor
+    from olmpipe.models.load import load_model_and_processor
 
     out = stage[3]
     sample = Path(__file__).resolve().parents[1] / "data/bench/olmocr-sample/pdfs/olmo2-pg4.pdf"

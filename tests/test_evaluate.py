@@ -1,4 +1,4 @@
-"""Tests of olmpipe.evaluate: the stage entry on hand-made run folders."""
+"""Tests of olmpipe.evaluate.stage: the stage entry on hand-made run folders."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import json
 import pytest
 from support.runs import BASELINE_TEXTS, TRAINED_TEXTS, make_run
 
-from olmpipe import evaluate
 from olmpipe.config import load_config
+from olmpipe.evaluate import stage as evaluate
 
 
 @pytest.fixture(scope="module")
@@ -53,11 +53,11 @@ def test_main_reports_missing_inputs(tmp_path, caplog):
 
 
 def test_the_trained_model_goes_through_the_baseline_engine(monkeypatch, tmp_path):
-    """`--generate-only` runs olmpipe.eval_run's engine with the config's sections and the trained name."""
-    import olmpipe.eval_run
+    """`--generate-only` runs olmpipe.evaluate.engine's engine with the config's sections and the trained name."""
+    import olmpipe.evaluate.engine
 
     calls = []
-    monkeypatch.setattr(olmpipe.eval_run, "run_generation_and_scoring",
+    monkeypatch.setattr(olmpipe.evaluate.engine, "run_generation_and_scoring",
                         lambda *a, **k: calls.append((a, k)) or "summary")  # fmt: skip
     cfg = load_config()
     argv = ["--generate-only", "--model", "soup/model", "--pages", "pages.jsonl", "--tests", "tests",
@@ -68,7 +68,7 @@ def test_the_trained_model_goes_through_the_baseline_engine(monkeypatch, tmp_pat
     assert kwargs == {"model_name": evaluate.trained_name(cfg)}
 
     def fail(*args, **kwargs):
-        raise olmpipe.eval_run.EvalRunError("bad page index")
+        raise olmpipe.evaluate.engine.EvalRunError("bad page index")
 
-    monkeypatch.setattr(olmpipe.eval_run, "run_generation_and_scoring", fail)
+    monkeypatch.setattr(olmpipe.evaluate.engine, "run_generation_and_scoring", fail)
     assert evaluate.main(argv) == 1

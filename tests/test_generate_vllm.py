@@ -4,7 +4,7 @@ The stand-ins below use vLLM's own names and fields (``RequestOutput.prompt_toke
 ``RequestOutput.outputs``, ``CompletionOutput.text/token_ids/finish_reason``, ``SamplingParams``
 keyword arguments), so the backend code path is the one that runs against the real engine.
 
-The tests marked ``vllm`` run the baseline stage (``python -m olmpipe.baseline``, as the workflow's
+The tests marked ``vllm`` run the baseline stage (``python -m olmpipe.evaluate.baseline``, as the workflow's
 ``shell:`` rule does) with the real engine on the embedded tiny model and pages of the bundled
 bench; they are skipped where vllm is not importable (the main environment). Run them in the
 environment of ``scripts/setup.sh --vllm`` (docs/vllm.md)::
@@ -234,9 +234,8 @@ def test_engine_kwargs_follow_config():
 
 def test_workflow_settings_reach_the_stage_entry_points(tmp_path):
     """The generation rules pass their config sections as ``--settings`` JSON (shell:, not script:)."""
-    from olmpipe.baseline import main as baseline_main
-    from olmpipe.config import ConfigError
-    from olmpipe.eval_run import config_from_settings
+    from olmpipe.config import ConfigError, config_from_settings
+    from olmpipe.evaluate.baseline import main as baseline_main
 
     cfg = config_from_settings(json.dumps({"generation": {"backend": "vllm", "repeats": 3}}), {"eval_run": {}})
     assert cfg["generation"]["backend"] == "vllm" and cfg["generation"]["repeats"] == 3
@@ -294,13 +293,13 @@ def bench_stage(tmp_path_factory):
 
 
 def run_stage(stage, model, backend, out, seed=0):
-    """``python -m olmpipe.baseline`` in a fresh process, as the workflow's shell: rule runs it."""
+    """``python -m olmpipe.evaluate.baseline`` in a fresh process, as the workflow's shell: rule runs it."""
     root, _ = stage
     settings = {
         "generation": {**REAL_GENERATION, "backend": backend, "seed": seed},
         "eval_run": {"resume": False, "progress": False},
     }
-    cmd = [sys.executable, "-m", "olmpipe.baseline", "--settings", json.dumps(settings), "--model", str(model),
+    cmd = [sys.executable, "-m", "olmpipe.evaluate.baseline", "--settings", json.dumps(settings), "--model", str(model),
            "--pages", str(root / "pages.jsonl"), "--tests", str(root / "tests"), "--out", str(out),
            "--threads", "1"]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
@@ -378,7 +377,7 @@ def main(tiny, fixed):
         keep_cpu_expert_weights()
     from PIL import Image
     from vllm import LLM, SamplingParams
-    from olmpipe.modelload import load_model_and_processor
+    from olmpipe.models.load import load_model_and_processor
     # TRL 1.16's colocate engine (generation/vllm_generation.py), in one process
     llm = LLM(model=tiny, dtype="float32", enforce_eager=True, limit_mm_per_prompt={"image": 1, "video": 0},
               kv_cache_memory_bytes=2**29, max_model_len=4096, seed=0,
@@ -406,7 +405,7 @@ def main(tiny, fixed):
     model = llm.llm_engine.model_executor.driver_worker.model_runner.model
     params = ((name, param.data) for name, param in hf.named_parameters())  # as TRL's sync_weights does
     if fixed:  # ResumableGRPOTrainer: Qwen3-VL-MoE experts in the layout vLLM loads
-        from olmpipe.architectures import published_layout
+        from olmpipe.models.architectures import published_layout
         params = published_layout(params)
     for name, tensor in params:
         try:
@@ -474,7 +473,7 @@ def test_colocated_weight_sync_reaches_generation_on_cpu(tiny_model_dir, tmp_pat
 def test_qwen3_vl_runs_in_vllm_and_follows_the_weight_sync(arch, tiny_models, tmp_path):
     """vLLM's CPU build runs the tiny Qwen3-VL and Qwen3-VL-MoE: the engine's next-token log-probs
     equal transformers' on the same page before and after a TRL-style weight sync (experts included:
-    their layout is what vLLM reads, olmpipe.architectures.published_layout)."""
+    their layout is what vLLM reads, olmpipe.models.architectures.published_layout)."""
     from vllm.platforms import current_platform
 
     if not current_platform.is_cpu():

@@ -81,7 +81,7 @@ def test_the_wheelhouse_is_small_files_for_the_gpu_machine() -> None:
     none is one the GPU image already has."""
     from importlib.metadata import PackageNotFoundError, version
 
-    from olmpipe.train.packages import SUPPORTED
+    from olmpipe.job.packages import SUPPORTED
 
     # hjson: a requirement of DeepSpeed (0.16-0.19) only, so absent where DeepSpeed is
     for dist in gpu_check.WHEELHOUSE:

@@ -27,9 +27,9 @@ from support.hfcache import add_to_cache, shard_weights
 from support.localhttp import LocalHttpServer, QuietHandler
 
 from olmpipe.config import ConfigError, load_config
-from olmpipe.hubmodel import MANIFEST_NAME, OFFLINE_ENV
 from olmpipe.layout import ModelPathError, hub_model, hub_model_dir, model_dir, model_input
-from olmpipe.modelfolder import ModelFolderError
+from olmpipe.models.folder import ModelFolderError
+from olmpipe.models.hub import MANIFEST_NAME, OFFLINE_ENV
 
 REPO_ID = "test-org/tiny-vlm"
 HUB_VARS = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE", "HF_HUB_CACHE", "HF_HOME",
@@ -90,7 +90,7 @@ def test_download_from_the_cache_with_the_network_off(tmp_path: Path, hub_cache:
     assert "branch or tag" not in proc.stderr  # a commit hash is pinned: no warning
 
     # the model loads from the folder with the hub off, with the weights of the original
-    code = ("import sys, torch\nfrom olmpipe.modelload import load_model_and_processor\n"
+    code = ("import sys, torch\nfrom olmpipe.models.load import load_model_and_processor\n"
             "a, _ = load_model_and_processor(sys.argv[1], device='cpu')\n"
             "b, _ = load_model_and_processor(sys.argv[2], device='cpu')\n"
             "sa, sb = a.state_dict(), b.state_dict()\n"
@@ -189,7 +189,7 @@ def test_a_published_folder_that_lost_files_is_refused_then_restored_in_place(
     (the Snakefile's and every job's) and the loader with one message naming the folder, model.path,
     model.revision and the command; that command puts the lost file back in place, leaving the
     rest of the folder (and the rule's timestamp) alone, so nothing that used the folder reruns."""
-    from olmpipe.modelload import load_model_and_processor
+    from olmpipe.models.load import load_model_and_processor
 
     cache, commit = hub_cache
     monkeypatch.chdir(tmp_path)

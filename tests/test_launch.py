@@ -1,5 +1,5 @@
 """olmpipe.launch: the training command line from the job's GPUs, strategy and nodes (every module of
-the package: commands, devices, slurm, supervise, cli; and olmpipe.process_plan)."""
+the package: commands, devices, slurm, supervise, cli; and olmpipe.config.processes)."""
 
 from __future__ import annotations
 
@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
+from olmpipe.config.processes import STRATEGIES, LaunchError, plan
 from olmpipe.launch.cli import main
 from olmpipe.launch.commands import launch_command, launch_prefix
 from olmpipe.launch.devices import server_mode_command
 from olmpipe.launch.slurm import first_host, node_command, slurm_node_resources
-from olmpipe.process_plan import STRATEGIES, LaunchError, plan
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIGS = REPO / "workflow" / "accelerate"
@@ -71,7 +71,8 @@ def test_one_training_process_is_plain_whatever_the_strategy(strategy: str) -> N
 def test_server_mode_splits_the_devices_inside_the_job() -> None:
     """The job-level command defers to `olmpipe.launch --exec`, which gives the vLLM server the last
     GPUs SLURM granted and the trainer the others (olmpipe.train.vllm_server reads them back)."""
-    from olmpipe.train.vllm_server import SERVER_DEVICES_ENV, server_devices
+    from olmpipe.launch.devices import SERVER_DEVICES_ENV
+    from olmpipe.train.vllm_server import server_devices
 
     job = launch_command("olmpipe.train", ["--seed", "3"], gpus=8, vllm_server_gpus=1, python="py",
                          strategy="zero2")

@@ -1,4 +1,4 @@
-"""Tests of olmpipe.benchdirs and olmpipe.layout: bench discovery and result paths (and the bench
+"""Tests of olmpipe.bench.folders and olmpipe.layout: bench discovery and result paths (and the bench
 layout errors in Snakemake)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import shutil
 import pytest
 from benchdata import REPO, SAMPLE, make_blank_pdf
 
-from olmpipe.benchdirs import (
+from olmpipe.bench.folders import (
     BenchLayoutError,
     bench_test_files,
     benches,

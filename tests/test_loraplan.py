@@ -1,4 +1,4 @@
-"""The memory plan of LoRA and QLoRA training (olmpipe/loraplan.py, olmpipe.plan): sizes checked
+"""The memory plan of LoRA and QLoRA training (olmpipe/plan/lora.py, olmpipe.plan.memory): sizes checked
 against real PEFT models, and the shipped one-GPU config on 80, 48 and 24 GiB GPUs."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from olmpipe.config import load_config
-from olmpipe.loraplan import adapter_parameters, linear_parameters, saved_module_parameters
 from olmpipe.plan import load_configs, load_shape, main, memory_plan
+from olmpipe.plan.lora import adapter_parameters, linear_parameters, saved_module_parameters
 
 REPO = Path(__file__).resolve().parents[1]
 LORA_1GPU = REPO / "config" / "olmocr2-lora-1gpu.yaml"
@@ -32,8 +32,8 @@ def test_adapter_size_is_what_peft_builds(arch, tiny_models, changes):
     vision MLP's names and merger norm)."""
     from peft import get_peft_model
 
-    from olmpipe.modelload import load_model_and_processor
-    from olmpipe.train.peft import lora_config
+    from olmpipe.job.peft import lora_config
+    from olmpipe.models.load import load_model_and_processor
 
     peft = _peft(**changes)
     model, _ = load_model_and_processor(tiny_models(arch), device="cpu")
@@ -49,7 +49,7 @@ def test_adapter_size_is_what_peft_builds(arch, tiny_models, changes):
 @pytest.mark.parametrize("arch", ARCHS)
 def test_quantized_linear_weights_are_every_linear_layer_but_lm_head(arch, tiny_models):
     """bitsandbytes quantizes nn.Linear: not Qwen3-VL-MoE's fused experts, which stay in the compute dtype."""
-    from olmpipe.modelload import load_model_and_processor
+    from olmpipe.models.load import load_model_and_processor
 
     model, _ = load_model_and_processor(tiny_models(arch), device="cpu")
     linear = sum(m.weight.numel() for n, m in model.named_modules()

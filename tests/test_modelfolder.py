@@ -1,4 +1,4 @@
-"""olmpipe.modelfolder: a model folder counts as loadable only with its weights (every shard of an
+"""olmpipe.models.folder: a model folder counts as loadable only with its weights (every shard of an
 index, none truncated) and the processor files its architecture needs; a folder that lacks them is
 refused with one message naming the folder and what is missing, by the config check and the loader,
 before transformers fails on it."""
@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from support.hfcache import shard_weights
 
-from olmpipe.architectures import ARCHITECTURES
 from olmpipe.config import ConfigError, load_config
-from olmpipe.modelfolder import (
+from olmpipe.models.architectures import ARCHITECTURES
+from olmpipe.models.folder import (
     PROCESSOR_NEEDS,
     ModelFolderError,
     check_model_folder,
@@ -104,7 +104,7 @@ def test_processor_files_are_named(tmp_path, tiny_model_dir):
 def test_the_loader_and_the_config_check_name_the_folder(tmp_path, tiny_model_dir, monkeypatch):
     """A local model.path that lost its weights: the config check (Snakefile and every job) and the
     loader say which folder lacks what, instead of transformers' "Error no file named ..."."""
-    from olmpipe.modelload import load_model_and_processor, load_processor
+    from olmpipe.models.load import load_model_and_processor, load_processor
 
     folder = copy_model(tiny_model_dir, tmp_path / "model")
     (folder / "model.safetensors").unlink()

@@ -1,4 +1,4 @@
-"""Tests of olmpipe.modelload: a folder of each supported architecture loads with its processor, with or
+"""Tests of olmpipe.models.load: a folder of each supported architecture loads with its processor, with or
 without torchvision."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ torch = pytest.importorskip("torch")
 
 
 def test_dtype_by_name_and_eval_mode(tiny_model_dir):
-    from olmpipe.modelload import load_model_and_processor
+    from olmpipe.models.load import load_model_and_processor
 
     model, processor = load_model_and_processor(tiny_model_dir, dtype="bfloat16", device="cpu")
     assert model.dtype == torch.bfloat16 and not model.training
@@ -29,15 +29,15 @@ def test_image_only_processor_saves_itself_as_the_stock_one(arch_key, tiny_model
     """The fallback processor (no torchvision needed) writes a folder stock loaders (vLLM) accept."""
     import shutil
 
-    from olmpipe.architectures import ARCHITECTURES
-    from olmpipe.modelload import image_only_processor_class, load_processor
+    from olmpipe.models.architectures import ARCHITECTURES
+    from olmpipe.models.load import image_only_processor_class, load_processor
 
     stock, video, patch = STOCK[arch_key]
     folder = tiny_models(arch_key)
     processor = load_processor(folder)  # a tiny folder always gets the image-only processor
     cls = image_only_processor_class(ARCHITECTURES[arch_key])
     assert type(processor).__name__ == cls.__name__ == f"ImageOnly{stock}"
-    assert cls.__module__ == "olmpipe.modelload" and issubclass(cls, getattr(__import__("transformers"), stock))
+    assert cls.__module__ == "olmpipe.models.load" and issubclass(cls, getattr(__import__("transformers"), stock))
     assert processor.image_processor.patch_size == patch
     processor.save_pretrained(tmp_path)
     saved = json.loads((tmp_path / "processor_config.json").read_text())
@@ -58,7 +58,7 @@ def test_a_published_style_qwen3_vl_folder_loads_without_torchvision(tiny_models
     Qwen3-VL model class and a processor with its 16 px patches, with or without torchvision."""
     import shutil
 
-    from olmpipe.modelload import load_model_and_processor
+    from olmpipe.models.load import load_model_and_processor
 
     folder = tiny_models("qwen3_vl")
     for name in ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",

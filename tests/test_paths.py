@@ -42,22 +42,22 @@ ALLOWED = {
     "pytorch_model.bin.index.json": "transformers' sharded .bin weights index (WEIGHTS_INDEX_NAME)",
     "*.safetensors": "the weight files of a Hugging Face model folder",
     "trainer_state.json": "transformers' checkpoint state file (TRAINER_STATE_NAME, transformers/trainer.py)",
-    "tokenizer.json": "the tokenizers library's file a Qwen tokenizer loads from (olmpipe.modelfolder)",
-    "vocab.json": "a BPE tokenizer's vocabulary (transformers' Qwen2Tokenizer VOCAB_FILES_NAMES), olmpipe.modelfolder",
-    "merges.txt": "a BPE tokenizer's merges (transformers' Qwen2Tokenizer VOCAB_FILES_NAMES), olmpipe.modelfolder",
+    "tokenizer.json": "the tokenizers library's file a Qwen tokenizer loads from (olmpipe.models.folder)",
+    "vocab.json": "a BPE tokenizer's vocabulary (transformers' Qwen2Tokenizer VOCAB_FILES_NAMES), olmpipe.models.folder",
+    "merges.txt": "a BPE tokenizer's merges (transformers' Qwen2Tokenizer VOCAB_FILES_NAMES), olmpipe.models.folder",
     "chat_template.json": "transformers' legacy processor chat template file (LEGACY_PROCESSOR_CHAT_TEMPLATE_FILE)",
     "adapter_config.json": "PEFT's adapter config file (peft.utils.constants.CONFIG_NAME)",
     "adapter_model.safetensors": "PEFT's adapter weights (peft.utils.constants.SAFETENSORS_WEIGHTS_NAME)",
-    "README.md": "the model card PEFT's save_pretrained writes into an adapter folder (olmpipe.train.peft)",
+    "README.md": "the model card PEFT's save_pretrained writes into an adapter folder (olmpipe.job.peft)",
     # Package data, not results.
-    "grpo_fields.json": "package data beside olmpipe/train/grpo_fields.py (GRPOConfig's fields)",
+    "grpo_fields.json": "package data beside olmpipe/config/grpo_fields.py (GRPOConfig's fields)",
     # The parity reference (../shared/bench/parity-dev): an external data set, read only by olmpipe.bench.parity.
     "results.jsonl": "the parity reference's olmocr verdicts (olmpipe.bench.parity)",
     "variants.jsonl": "the parity reference's completion variants (olmpipe.bench.parity)",
     "baseline_auto.jsonl": "the parity reference's automatic baseline tests (olmpipe.bench.parity)",
     # Text that only mentions a file name.
     "page_startx_starty_width_height.png": "words of olmOCR's prompt (olmpipe.prompts), sent to the model",
-    "**/*.md": "the bundled bench's markdown read as tokenizer corpus (olmpipe.tinymodel), a source, not a result",
+    "**/*.md": "the bundled bench's markdown read as tokenizer corpus (olmpipe.models.tiny), a source, not a result",
 }
 
 

@@ -1,4 +1,4 @@
-"""olmpipe.plan: the per-GPU memory arithmetic, checked by hand on Qwen2.5-VL-7B shapes."""
+"""olmpipe.plan.memory: the per-GPU memory arithmetic, checked by hand on Qwen2.5-VL-7B shapes."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from olmpipe.config import load_config
-from olmpipe.known_models import KNOWN_MODELS
+from olmpipe.models.known import KNOWN_MODELS
 from olmpipe.plan import (
     GIB,
     PlanError,
@@ -79,7 +79,7 @@ def test_parameter_count_matches_transformers() -> None:
 
 def test_tiny_model_folder_config_is_read(tiny_model_dir) -> None:
     """A local folder's config.json (the embedded tiny model, tied embeddings) gives its real size."""
-    from olmpipe.modelload import load_model_and_processor
+    from olmpipe.models.load import load_model_and_processor
 
     model, _ = load_model_and_processor(tiny_model_dir)
     assert load_shape(tiny_model_dir).parameters() == sum(p.numel() for p in model.parameters())
@@ -284,7 +284,7 @@ def test_a_grace_shorter_than_the_checkpoint_write_is_refused(overrides, slurm_e
 
 
 def test_checkpoint_bytes_follow_strategy_and_precision() -> None:
-    from olmpipe.checkpoint_plan import checkpoint_bytes_per_param
+    from olmpipe.plan.checkpoint import checkpoint_bytes_per_param
 
     assert sum(checkpoint_bytes_per_param("ddp", 4, 2).values()) == 12  # float32 weights + two moments
     assert sum(checkpoint_bytes_per_param("single", 2, 2).values()) == 6  # train.pure_bf16
@@ -349,7 +349,7 @@ def test_recipe_context_holds_the_longest_prompt() -> None:
     from PIL import Image
     from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
-    from olmpipe.modelload import CHAT_TEMPLATE
+    from olmpipe.models.load import CHAT_TEMPLATE
     from olmpipe.prompts import build_messages
 
     cfg = load_configs([REPO / "config" / "olmocr2.yaml"])
@@ -380,7 +380,7 @@ def test_a_vllm_context_shorter_than_the_longest_prompt_is_refused() -> None:
                for m in plan.problems), plan.problems
 
 
-# --- architectures beyond Qwen2.5-VL (olmpipe.architectures) ------------------------------------------
+# --- architectures beyond Qwen2.5-VL (olmpipe.models.architectures) ------------------------------------------
 
 QWEN3_8B, QWEN3_30B = "Qwen/Qwen3-VL-8B-Instruct", "Qwen/Qwen3-VL-30B-A3B-Instruct"
 QWEN3_CONFIG = REPO / "config" / "olmocr2-qwen3vl-8b.yaml"
@@ -391,7 +391,7 @@ def meta_model(fields: dict):
     import torch
     import transformers
 
-    from olmpipe.architectures import architecture_of
+    from olmpipe.models.architectures import architecture_of
 
     arch = architecture_of(fields, "known")
     config_class = getattr(transformers, arch.model_class.replace("ForConditionalGeneration", "Config"))
@@ -420,7 +420,7 @@ def test_qwen3_vl_parameter_counts_match_transformers() -> None:
 def test_tiny_folders_of_every_architecture_are_read(arch_key, tiny_models) -> None:
     """A local folder's config.json (as transformers 5.24 saves it) gives the real size, and its
     processor settings the image tokens of the tiny processor (64 at most)."""
-    from olmpipe.modelload import load_model_and_processor
+    from olmpipe.models.load import load_model_and_processor
 
     folder = tiny_models(arch_key)
     model, _ = load_model_and_processor(folder)

@@ -1,4 +1,4 @@
-"""Tests of olmpipe.plots: the three report figures from hand-made runs and metrics."""
+"""Tests of olmpipe.report.plots: the three report figures from hand-made runs and metrics."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import pytest
 from PIL import Image
 from support.runs import BASELINE_TEXTS, TRAINED_TEXTS, make_run
 
-from olmpipe.compare import CompareSettings, compare_runs, load_run
-from olmpipe.plots import BENCH_KEYS, PlotError, plot_rewards, read_reward_curve, write_plots
+from olmpipe.evaluate.compare import CompareSettings, compare_runs, load_run
+from olmpipe.report.plots import BENCH_KEYS, PlotError, plot_rewards, read_reward_curve, write_plots
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""olmpipe.train.preflight: settings the training job cannot run with stop the plan, ``olmpipe plan``
+"""olmpipe.job.preflight: settings the training job cannot run with stop the plan, ``olmpipe plan``
 and the trainer's start, naming the key (probe findings F6 and F9: each used to pass ``snakemake -n``
 and ``olmpipe plan`` and fail inside the submitted job, as a traceback, some after the model loaded)."""
 
@@ -15,9 +15,9 @@ import pytest
 import yaml
 
 from olmpipe.config import load_config
+from olmpipe.config.processes import LaunchError
+from olmpipe.job.preflight import JobSetupError, device_problems, job_problems, module_problems
 from olmpipe.plan import checked_launch_prefix, main
-from olmpipe.process_plan import LaunchError
-from olmpipe.train.preflight import JobSetupError, device_problems, job_problems, module_problems
 
 REPO = Path(__file__).resolve().parents[1]
 QLORA = {"train": {"peft": {"enabled": True, "quantization": "4bit"}}}
@@ -139,14 +139,14 @@ def test_a_vllm_share_above_the_whole_gpu_is_not_advised(tmp_path, capsys):
 def test_an_adapter_that_does_not_load_is_one_line_and_exit_2(tmp_path, monkeypatch, capsys):
     """F6: a checkpoint whose adapter does not fit the model (one without olmpipe_run.json settings,
     so no settings check caught it before) ended the job in a traceback; now one line, exit 2."""
-    import olmpipe.train.run
+    import olmpipe.job.run
+    from olmpipe.job.peft import AdapterLoadError
     from olmpipe.train.cli import main as train_main
-    from olmpipe.train.peft import AdapterLoadError
 
     def fails(*args, **kwargs):
         raise AdapterLoadError("run/checkpoint-4: the checkpoint's adapter does not fit the model's")
 
-    monkeypatch.setattr(olmpipe.train.run, "train_seed", fails)
+    monkeypatch.setattr(olmpipe.job.run, "run_job", fails)
     code = train_main(["--seed", "0", "--model", str(tmp_path), "--pages", str(tmp_path / "p.jsonl"),
                        "--tests-dir", str(tmp_path), "--run-dir", str(tmp_path / "run"),
                        "--config-json", json.dumps({"train": {"wandb": {"mode": "disabled"}}})])

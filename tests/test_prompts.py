@@ -77,7 +77,7 @@ def test_messages_with_image_and_trl_placeholder_filling():
 def test_messages_render_with_tiny_model_chat_template(tiny_model_dir):
     from PIL import Image
 
-    from olmpipe.modelload import load_processor
+    from olmpipe.models.load import load_processor
 
     processor = load_processor(tiny_model_dir)
     text = processor.apply_chat_template(

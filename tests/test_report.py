@@ -1,4 +1,4 @@
-"""Tests of olmpipe.report: the self-contained HTML page from hand-made runs."""
+"""Tests of olmpipe.report.page: the self-contained HTML page from hand-made runs."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ import re
 import pytest
 from support.runs import BASELINE_TEXTS, TRAINED_TEXTS, make_page_images, make_run
 
-from olmpipe import report
-from olmpipe.compare import CompareSettings, compare_runs, load_run, write_comparison
 from olmpipe.config import load_config
-from olmpipe.plots import write_plots
+from olmpipe.evaluate.compare import CompareSettings, compare_runs, load_run, write_comparison
+from olmpipe.report import page as report
+from olmpipe.report.plots import write_plots
 
 
 @pytest.fixture(scope="module")
@@ -263,8 +263,8 @@ def test_main_reads_each_configured_seeds_final_metrics_as_the_workflow_does(set
     """Without --metrics, `olmpipe report` plots results/train/seed<n>/model.metrics.jsonl of the
     config's seeds, the file rule report_plots declares; not the live metrics.jsonl beside the
     checkpoints (a run going on, preempted or restarted) nor seed folders the config does not name."""
-    from olmpipe import plots as plots_mod
     from olmpipe.layout import final_metrics, train_run_dir
+    from olmpipe.report import plots as plots_mod
 
     root, comparison, pages, _ = setup
     monkeypatch.chdir(tmp_path)

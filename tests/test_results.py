@@ -10,8 +10,8 @@ import pandas as pd
 import pytest
 from support.runs import make_upstream_results
 
-from olmpipe.compare import CompareSettings, compare_runs, load_run, write_comparison
 from olmpipe.config import load_config
+from olmpipe.evaluate.compare import CompareSettings, compare_runs, load_run, write_comparison
 from olmpipe.results import load_results, read_completions, read_verdicts
 
 REPO = Path(__file__).resolve().parents[1]

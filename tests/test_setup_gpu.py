@@ -26,7 +26,7 @@ from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from olmpipe.train.packages import SUPPORTED
+from olmpipe.job.packages import SUPPORTED
 
 REPO = Path(__file__).resolve().parents[1]
 SETUP = REPO / "scripts" / "setup.sh"

@@ -1,4 +1,4 @@
-"""Tests of olmpipe.soup: the float32 mean of seeds' weights into one loadable HF model folder."""
+"""Tests of olmpipe.train.soup: the float32 mean of seeds' weights into one loadable HF model folder."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from olmpipe.modelload import load_model_and_processor
-from olmpipe.soup import SoupError, main, soup, weight_map
-from olmpipe.tinymodel import build_tiny_model
+from olmpipe.models.load import load_model_and_processor
+from olmpipe.models.tiny import build_tiny_model
+from olmpipe.train.soup import SoupError, main, soup, weight_map
 
 
 @pytest.fixture(scope="module")
@@ -89,7 +89,7 @@ def test_mismatched_seeds_are_refused(tmp_path, seeds):
 
 def _perturbed_copy(folder, out, seed):
     """``folder``'s model with every weight moved, saved as a training run saves its final model."""
-    from olmpipe.architectures import publish_expert_layout
+    from olmpipe.models.architectures import publish_expert_layout
 
     model, processor = load_model_and_processor(folder)
     gen = torch.Generator().manual_seed(seed)

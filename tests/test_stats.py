@@ -1,4 +1,4 @@
-"""Tests of olmpipe.stats: the paired bootstrap and the sign-flip test, against hand computations."""
+"""Tests of olmpipe.evaluate.stats: the paired bootstrap and the sign-flip test, against hand computations."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import itertools
 import numpy as np
 import pytest
 
-from olmpipe.stats import paired_bootstrap, sign_flip_test, stratified_score
+from olmpipe.evaluate.stats import paired_bootstrap, sign_flip_test, stratified_score
 
 
 def test_stratified_score_is_a_mean_of_stratum_means():

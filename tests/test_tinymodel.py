@@ -20,7 +20,7 @@ ARCHS = ["qwen2_5_vl", "qwen2_vl", "qwen3_vl", "qwen3_vl_moe"]
 
 @pytest.mark.parametrize("arch", ARCHS)
 def test_token_ids_agree_between_config_and_tokenizer(arch, tiny_models):
-    from olmpipe.modelload import load_model_and_processor
+    from olmpipe.models.load import load_model_and_processor
 
     model, processor = load_model_and_processor(tiny_models(arch))
     tok = processor.tokenizer
@@ -39,7 +39,7 @@ def test_token_ids_agree_between_config_and_tokenizer(arch, tiny_models):
 def test_generates_from_an_image_prompt(arch, tiny_models):
     from PIL import Image
 
-    from olmpipe.modelload import load_model_and_processor
+    from olmpipe.models.load import load_model_and_processor
 
     torch.set_num_threads(1)
     model, processor = load_model_and_processor(tiny_models(arch))
@@ -54,7 +54,7 @@ def test_generates_from_an_image_prompt(arch, tiny_models):
 
 
 def test_same_seed_same_weights(tmp_path):
-    from olmpipe.tinymodel import build_tiny_model
+    from olmpipe.models.tiny import build_tiny_model
 
     a = build_tiny_model(tmp_path / "a", seed=3)
     b = build_tiny_model(tmp_path / "b", seed=3)
@@ -62,7 +62,7 @@ def test_same_seed_same_weights(tmp_path):
 
 
 def test_rejects_a_bad_shape(tmp_path):
-    from olmpipe.tinymodel import build_tiny_model
+    from olmpipe.models.tiny import build_tiny_model
 
     with pytest.raises(ValueError, match="hidden_size"):
         build_tiny_model(tmp_path / "bad", hidden_size=50)

@@ -10,17 +10,14 @@ import pytest
 from trainkit import REPO, make_page_index
 
 from olmpipe.config import ConfigError, load_config
+from olmpipe.job.callbacks import RUN_STATE_FILE, MetricsFiles
+from olmpipe.job.data import PageIndexError, build_examples, to_dataset
+from olmpipe.job.jobconfig import seed_config
+from olmpipe.job.resume import run_settings, trajectory_fingerprint
 from olmpipe.records.metrics import read_metrics, truncate_metrics
 from olmpipe.records.pages import PAGE_FIELDS, read_page_index
 from olmpipe.train.args import grpo_config, grpo_knobs, resolve_dtype
-from olmpipe.train.callbacks import (
-    RUN_STATE_FILE,
-    CompletionsTable,
-    MetricsFiles,
-)
-from olmpipe.train.data import PageIndexError, build_examples, to_dataset
-from olmpipe.train.jobconfig import seed_config
-from olmpipe.train.resume import run_settings, trajectory_fingerprint
+from olmpipe.train.completions import CompletionsTable
 from olmpipe.train.run import checkpoints, resolve_resume
 
 
@@ -101,7 +98,7 @@ def test_grpo_config_from_config(tmp_path):
     for key, value in cfg["train"]["grpo"].items():
         if key not in ("importance_sampling_level", "save_total_limit") and value is not None:
             assert getattr(args, key) == value, key
-    assert args.save_total_limit is None  # applied by RunState after each commit (olmpipe.train.checkpoints)
+    assert args.save_total_limit is None  # applied by RunState after each commit (olmpipe.job.checkpoints)
     assert grpo_knobs(cfg["train"], 0)["importance_sampling_level"] == "token"
     assert resolve_dtype("auto", "cpu") == "float32" and resolve_dtype("auto", "cuda") == "bfloat16"
     with pytest.raises(ConfigError, match="max_prompt_length: not a field of TRL's GRPOConfig"):
@@ -114,9 +111,9 @@ def test_grpo_config_from_config(tmp_path):
 def test_every_grpo_config_field_is_reachable_and_checked(tmp_path):
     """Any GRPOConfig field reaches TRL; unknown names get the closest valid one; types are checked;
     the shipped field table equals the installed TRL's dataclass."""
-    from olmpipe.train.grpo_fields import describe_fields, load_fields
+    from olmpipe.config.grpo_fields import describe_fields, load_fields
 
-    assert describe_fields() == load_fields(), "run python -m olmpipe.train.grpo_fields --write"
+    assert describe_fields() == load_fields(), "run python -m olmpipe.config.grpo_fields --write"
     cfg = load_config(overrides={"train": {"grpo": {
         "use_bias_correction_kl": False, "num_generations_eval": 4, "vllm_importance_sampling_clip_min": 0.5,
         "lr_scheduler_kwargs": {"min_lr": 0.0}, "generation_kwargs": {"top_k": 5}, "adam_beta2": 0.98}}})
@@ -150,7 +147,7 @@ def test_generation_batch_must_hold_whole_groups(tmp_path):
 
 
 def test_batch_checks_are_trls(tmp_path):
-    """olmpipe.train.grpo_fields.batch_problems rejects exactly what TRL 1.16's GRPOConfig rejects,
+    """olmpipe.config.grpo_fields.batch_problems rejects exactly what TRL 1.16's GRPOConfig rejects,
     for a grid of batch settings and world sizes (the real class, its world size set per case), and
     its defaults are the installed GRPOConfig's."""
     import dataclasses
@@ -158,7 +155,7 @@ def test_batch_checks_are_trls(tmp_path):
 
     from trl import GRPOConfig
 
-    from olmpipe.train.grpo_fields import BATCH_DEFAULTS, batch_problems
+    from olmpipe.config.grpo_fields import BATCH_DEFAULTS, batch_problems
 
     defaults = {f.name: f.default for f in dataclasses.fields(GRPOConfig)}
     assert {k: defaults[k] for k in BATCH_DEFAULTS} == BATCH_DEFAULTS
@@ -319,7 +316,7 @@ def test_resume_auto_takes_the_newest_matching_checkpoint(tmp_path):
 def test_changed_trajectory_settings_stop_and_restart_moves_aside(tmp_path):
     """Other settings: `auto` stops naming the changed keys and touches nothing; `continue` takes the
     checkpoint anyway; `restart` moves the whole old run aside (nothing deleted)."""
-    from olmpipe.train.resume import ResumeMismatchError
+    from olmpipe.job.resume import ResumeMismatchError
 
     run = tmp_path / "seed0"
     old = {"train.grpo.learning_rate": 1e-6, "world_size": 1, "seed": 0}
@@ -341,7 +338,7 @@ def test_the_same_model_by_another_path_is_no_settings_change(tmp_path, monkeypa
     """Issue 20 item 10: resuming with the base model given as an absolute path where the checkpoint
     recorded the relative one was refused as a settings change. Paths are compared resolved (a
     symbolic link to the same folder too); another folder is still a change."""
-    from olmpipe.train.resume import ResumeMismatchError
+    from olmpipe.job.resume import ResumeMismatchError
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "results" / "model" / "tiny").mkdir(parents=True)
@@ -379,14 +376,14 @@ def test_seed_config_and_fingerprint():
 
 #: olmpipe_run.json settings written by earlier commits (tests/data/stored_run_settings.json says how).
 STORED = json.loads((REPO / "tests" / "data" / "stored_run_settings.json").read_text())["cases"]
-#: What the trainer adds to the settings of a job (olmpipe.train.data.training_set_id of its examples).
+#: What the trainer adds to the settings of a job (olmpipe.job.data.training_set_id of its examples).
 PAGES = {"training_set.pages": 4, "training_set.sha256": "0" * 64}
 
 
 def test_lora_settings_are_no_run_setting_while_lora_is_off():
     """Off (the default), train.peft.* neither reruns a job nor stops a resume; on, it does both."""
-    from olmpipe.train.jobconfig import seed_config_json
-    from olmpipe.train.resume import changed_keys, run_settings
+    from olmpipe.job.jobconfig import seed_config_json
+    from olmpipe.job.resume import changed_keys, run_settings
 
     off = load_config()
     edited = load_config(overrides={"train": {"peft": {"r": 8, "alpha": 3, "quant_type": "fp4"}}})
@@ -406,7 +403,7 @@ def test_checkpoints_of_earlier_commits_resume_under_auto(tmp_path, case):
     """A checkpoint written by 1d966ff (before LoRA, fp32 masters, difficulty, the server's log-probs
     switch and the training-set record) or by c955618 (train.peft.* stored while off) resumes under
     `resume: auto` with the same config; a real change is still named."""
-    from olmpipe.train.resume import ResumeMismatchError, changed_keys, decide, run_settings
+    from olmpipe.job.resume import ResumeMismatchError, changed_keys, decide, run_settings
 
     stored = STORED[case]
     cfg = load_config(overrides=stored["overrides"])
@@ -429,7 +426,7 @@ def test_checkpoints_of_earlier_commits_resume_under_auto(tmp_path, case):
 def test_sections_that_are_off_are_ignored_on_both_sides():
     """A stored checkpoint whose LoRA or difficulty section was off compares equal to settings that
     leave the section out, and the reverse; a section switched on is a change."""
-    from olmpipe.train.resume import changed_keys, run_settings
+    from olmpipe.job.resume import changed_keys, run_settings
 
     off = run_settings(load_config(), 0, "m")
     stored = {**off, "train.peft.enabled": False, "train.peft.r": 32, "train.difficulty.enabled": False,
@@ -469,7 +466,7 @@ def test_renamed_checkpointing_knob_reaches_older_transformers():
 def test_too_few_pages_for_one_generation_batch_is_an_error():
     """TRL's sampler drops an incomplete chunk of prompts: fewer pages than one generation batch takes
     would end training at step 0 without an error; the trainer refuses with the numbers instead."""
-    from olmpipe.train.data import check_generation_batch
+    from olmpipe.job.data import check_generation_batch
 
     check_generation_batch(2, 8, 4)
     with pytest.raises(ValueError, match=r"has 1 page\(s\) but one generation batch takes 2"):
@@ -485,8 +482,8 @@ def test_disable_dropout_changes_nothing_for_qwen25_vl(tiny_model_dir):
     import torch
     from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
 
-    from olmpipe.known_models import KNOWN_MODELS
-    from olmpipe.modelload import load_model_and_processor
+    from olmpipe.models.known import KNOWN_MODELS
+    from olmpipe.models.load import load_model_and_processor
 
     fields = dict(KNOWN_MODELS["allenai/olmOCR-7B-0825"])
     text = {k: v for k, v in fields.items() if k not in ("vision_config", "model_type")}
@@ -506,8 +503,8 @@ def test_the_workflow_checks_a_resume_before_snakemake_deletes_anything(tmp_path
     job settings with its run folder's last state, a checkpoint or the kept final model: a changed
     trajectory key stops naming it and saying that nothing was deleted; the training set is left to
     the job; `continue`, `restart` and a run folder without a state pass."""
-    from olmpipe.train.jobconfig import seed_config_json
-    from olmpipe.train.resume import ResumeMismatchError, check_workflow_resume
+    from olmpipe.job.jobconfig import seed_config_json
+    from olmpipe.job.resume import ResumeMismatchError, check_workflow_resume
 
     cfg = load_config()
     job = load_config(overrides=json.loads(seed_config_json(cfg, 0)))
@@ -524,10 +521,10 @@ def test_the_workflow_checks_a_resume_before_snakemake_deletes_anything(tmp_path
     for resume in ("continue", "restart"):
         check_workflow_resume(load_config(overrides={"train": {"resume": resume, "grpo": {"learning_rate": 0.5}}}),
                               0, "results/model/tiny", 0, run)
-    # the kept final model, once the checkpoints are gone (olmpipe.train.final)
+    # the kept final model, once the checkpoints are gone (olmpipe.job.final)
     (run / "checkpoint-2" / RUN_STATE_FILE).unlink()
     kept = run / "model.kept"
-    shutil.copytree(tiny_model_dir, kept)  # a loadable model (olmpipe.train.final.read_kept)
+    shutil.copytree(tiny_model_dir, kept)  # a loadable model (olmpipe.job.final.read_kept)
     (kept / "olmpipe_kept.json").write_text(json.dumps({"steps": 4, "settings": stored}))
     check_workflow_resume(cfg, 0, "results/model/tiny", 0, run)
     with pytest.raises(ResumeMismatchError, match=r"model\.kept \(the run's kept final model\) was trained with "

@@ -1,4 +1,4 @@
-"""olmpipe.train.checkpoints: a checkpoint counts only once its save finished (``olmpipe_run.json``
+"""olmpipe.job.checkpoints: a checkpoint counts only once its save finished (``olmpipe_run.json``
 written last); unfinished or unreadable ones are skipped with a warning and a resume continues from
 the one before; a disk that fills up during a save (injected, and a real full tmpfs) blocks nothing."""
 
@@ -20,8 +20,8 @@ from support.gate import StepGate
 from trainkit import LowIdReward, make_page_index
 
 from olmpipe.config import load_config
+from olmpipe.job.checkpoints import FILES_KEY, RUN_STATE_FILE, commit, complete_checkpoints, problem, rotate
 from olmpipe.records.metrics import read_metrics
-from olmpipe.train.checkpoints import FILES_KEY, RUN_STATE_FILE, commit, complete_checkpoints, problem, rotate
 from olmpipe.train.run import resolve_resume, train_seed
 
 SETTINGS = {"train.grpo.learning_rate": 1e-6, "world_size": 1, "seed": 0}
@@ -131,7 +131,7 @@ def test_a_checkpoint_written_again_loses_its_old_marker_first(tmp_path):
     rewrite stopped half-way is not complete; the commit at its end marks it again."""
     from transformers import TrainerState, TrainingArguments
 
-    from olmpipe.train.callbacks import RunState
+    from olmpipe.job.callbacks import RunState
 
     run = tmp_path / "seed0"
     _save(run, 1)
@@ -153,8 +153,8 @@ def test_a_checkpoint_written_again_loses_its_old_marker_first(tmp_path):
 
 def test_no_staging_folder_stays_behind_when_the_final_model_fails(tmp_path, tiny_model_dir):
     """Probe F5: a failure while the final folders were written left adapter.tmp/ and model.tmp/."""
-    from olmpipe.train.final import write_final
-    from olmpipe.train.peft import adapter_and_merged_writer
+    from olmpipe.job.final import write_final
+    from olmpipe.job.peft import adapter_and_merged_writer
 
     final = tmp_path / "seed0" / "model"
     final.parent.mkdir()

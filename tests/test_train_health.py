@@ -1,4 +1,4 @@
-"""olmpipe.train.health: a run whose reward fails on every completion, or whose loss or weights
+"""olmpipe.job.health: a run whose reward fails on every completion, or whose loss or weights
 become non-finite, stops naming why, with its own exit code and without a final model."""
 
 from __future__ import annotations
@@ -12,9 +12,7 @@ import torch
 from trainkit import LowIdReward, make_page_index
 
 from olmpipe.config import load_config
-from olmpipe.records.metrics import read_metrics
-from olmpipe.rewards import BenchReward, EosReward
-from olmpipe.train.health import (
+from olmpipe.job.health import (
     EXIT_NON_FINITE,
     EXIT_REWARD_ERRORS,
     NonFiniteStop,
@@ -22,6 +20,8 @@ from olmpipe.train.health import (
     RewardErrorsStop,
     StopOnRewardErrors,
 )
+from olmpipe.records.metrics import read_metrics
+from olmpipe.rewards import BenchReward, EosReward
 from olmpipe.train.run import train_seed
 
 SMALL = {"max_steps": 5, "num_generations": 4, "per_device_train_batch_size": 4, "gradient_accumulation_steps": 1,
@@ -99,9 +99,9 @@ def test_a_reward_that_fails_on_every_completion_stops_the_run(tmp_path, tiny_mo
 def _nan_in_training_forward(monkeypatch):
     """Make the model's token embeddings NaN in the training forward pass only (generation runs
     without gradients and stays finite): what an overflow in the loss's forward looks like."""
-    import olmpipe.modelload
+    import olmpipe.models.load
 
-    load = olmpipe.modelload.load_model_and_processor
+    load = olmpipe.models.load.load_model_and_processor
 
     def load_with_hook(*args, **kwargs):
         model, processor = load(*args, **kwargs)
@@ -109,7 +109,7 @@ def _nan_in_training_forward(monkeypatch):
             lambda module, inputs, out: out * math.nan if torch.is_grad_enabled() else out)
         return model, processor
 
-    monkeypatch.setattr(olmpipe.modelload, "load_model_and_processor", load_with_hook)
+    monkeypatch.setattr(olmpipe.models.load, "load_model_and_processor", load_with_hook)
 
 
 @pytest.mark.slow
@@ -138,13 +138,13 @@ def test_a_non_finite_loss_or_weight_stops_at_that_step(tmp_path, tiny_model_dir
 
 def test_the_trainer_command_exits_with_the_stop_code(tmp_path, monkeypatch, capsys):
     """``python -m olmpipe.train`` turns each stop into its exit code and one line naming why."""
-    import olmpipe.train.run
+    import olmpipe.job.run
     from olmpipe.train.cli import main
 
     def stopped(*args, **kwargs):
         raise RewardErrorsStop("reward bench_reward failed on every completion of 3 consecutive steps")
 
-    monkeypatch.setattr(olmpipe.train.run, "train_seed", stopped)
+    monkeypatch.setattr(olmpipe.job.run, "run_job", stopped)
     argv = ["--seed", "0", "--model", "m", "--pages", "p", "--tests-dir", "t", "--run-dir", str(tmp_path),
             "--config-json", json.dumps({"train": {"wandb": {"mode": "disabled"}}})]
     assert main(argv) == EXIT_REWARD_ERRORS

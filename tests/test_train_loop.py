@@ -17,8 +17,8 @@ from support.gate import StepGate
 from trainkit import LowIdReward, make_page_index
 
 from olmpipe.config import load_config
+from olmpipe.job.callbacks import EXIT_PREEMPTED, RUN_STATE_FILE
 from olmpipe.records.metrics import read_metrics
-from olmpipe.train.callbacks import EXIT_PREEMPTED, RUN_STATE_FILE
 from olmpipe.train.run import train_seed
 
 pytestmark = pytest.mark.slow
@@ -59,12 +59,12 @@ def test_full_run_with_configured_rewards(tmp_path, tiny_model_dir):
 
 def test_a_moe_run_writes_its_final_model_in_the_published_expert_layout(tmp_path, tiny_models):
     """Qwen3-VL-MoE trains like the others; its final model stores the experts as published checkpoints
-    do (what vLLM loads, olmpipe.architectures), and reads back as the trained weights."""
+    do (what vLLM loads, olmpipe.models.architectures), and reads back as the trained weights."""
     import torch
     from safetensors import safe_open
 
-    from olmpipe.architectures import publish_expert_layout
-    from olmpipe.modelload import load_model_and_processor
+    from olmpipe.models.architectures import publish_expert_layout
+    from olmpipe.models.load import load_model_and_processor
 
     pages, tests = make_page_index(tmp_path)
     cfg = load_config(overrides={"train": {"wandb": {"mode": "disabled"},

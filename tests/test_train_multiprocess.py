@@ -59,7 +59,7 @@ def test_two_processes_train_and_save_a_plain_model(strategy: str, tmp_path: Pat
     if strategy == "zero2":
         assert len(list(checkpoint.glob("global_step2/zero_pp_rank_*_optim_states.pt"))) == 2
 
-    from olmpipe.modelload import load_model_and_processor
+    from olmpipe.models.load import load_model_and_processor
 
     model, _ = load_model_and_processor(run / "model")
     base, _ = load_model_and_processor(tiny_model_dir)
@@ -114,8 +114,8 @@ def test_two_process_resume_equals_the_uninterrupted_run(tmp_path: Path, tiny_mo
         assert all(torch.equal(x[k], y[k]) for k in x), f"{name} differs after a 2-process resume"
     assert any(not torch.equal(base[k], x[k]) for k in x if k in base), "training did not move the weights"
     # two such seeds soup into a model that loads with from_pretrained and is their float32 mean
-    from olmpipe.modelload import load_model_and_processor
-    from olmpipe.soup import soup
+    from olmpipe.models.load import load_model_and_processor
+    from olmpipe.train.soup import soup
 
     other = tmp_path / "seed1"
     run(other, seed=1)
@@ -198,7 +198,7 @@ def test_the_process_group_uses_the_configured_timeout(strategy: str, tmp_path: 
 
 def test_a_server_job_refuses_a_collective_timeout_shorter_than_the_server_start() -> None:
     from olmpipe.config import load_config
-    from olmpipe.train.vllm_server import collective_timeout_problem
+    from olmpipe.config.checks import collective_timeout_problem
 
     cfg = load_config(overrides={"train": {"grpo": {"use_vllm": True, "vllm_mode": "server", "ddp_timeout": 600},
                                            "vllm_server": {"startup_timeout_s": 900}}})
@@ -213,7 +213,7 @@ def test_a_server_job_refuses_a_collective_timeout_shorter_than_the_server_start
 def test_a_zero2_checkpoint_written_on_sigterm_is_lighter_and_resumes_bitwise(tmp_path: Path,
                                                                                 tiny_model_dir: Path) -> None:
     """Under DeepSpeed the checkpoint written on SIGTERM leaves out the Hugging Face weights copy (a
-    resume reads DeepSpeed's module and float32 masters; olmpipe.checkpoint_plan), and a run resumed
+    resume reads DeepSpeed's module and float32 masters; olmpipe.plan.checkpoint), and a run resumed
     from it ends with bitwise the weights of the uninterrupted run."""
     import signal
 

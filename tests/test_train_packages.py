@@ -1,4 +1,4 @@
-"""olmpipe.train.packages: a training job stops at start, on its node, when a package it needs is
+"""olmpipe.job.packages: a training job stops at start, on its node, when a package it needs is
 missing, at an unsupported version or broken, naming it and the set-up command.
 
 The packages are real distributions: this environment's (no DeepSpeed, no vLLM, a CPU torch) and
@@ -17,8 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from olmpipe.launch.commands import launch_command
-from olmpipe.train.packages import (
+from olmpipe.job.packages import (
     SETUP_COMMAND,
     SUPPORTED,
     MissingPackageError,
@@ -28,6 +27,7 @@ from olmpipe.train.packages import (
     nvidia_gpus,
     problems,
 )
+from olmpipe.launch.commands import launch_command
 
 REPO = Path(__file__).resolve().parents[1]
 no_deepspeed = pytest.mark.skipif(importlib.util.find_spec("deepspeed") is not None,
@@ -52,7 +52,7 @@ def run_check(args: list[str], pythonpath: Path | None = None) -> subprocess.Com
     env = dict(os.environ)
     if pythonpath is not None:
         env["PYTHONPATH"] = os.pathsep.join([str(pythonpath), str(REPO)])
-    return subprocess.run([sys.executable, "-m", "olmpipe.train.packages", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "olmpipe.job.packages", *args], capture_output=True, text=True,
                           env=env, cwd=REPO, timeout=300, check=False)
 
 

@@ -1,4 +1,4 @@
-"""LoRA training (olmpipe/train/peft.py): what the adapter targets, what is refused, vLLM syncs that
+"""LoRA training (olmpipe/job/peft.py): what the adapter targets, what is refused, vLLM syncs that
 leave the frozen base as it was, and a LoRA run that resumes bitwise like full training (the adapter,
 optimizer, scheduler and RNG restored; shown to differ when the adapter is not restored), whose
 model/ is a plain merged folder and adapter/ a PEFT folder, and whose seeds soup to the float32
@@ -17,7 +17,7 @@ from safetensors.torch import load_file
 from trainkit import LowIdReward, assert_same_final_folder, folder_files, make_page_index
 
 from olmpipe.config import load_config
-from olmpipe.train.peft import (
+from olmpipe.job.peft import (
     AdapterLoadError,
     PeftSetupError,
     check_setup,
@@ -38,7 +38,7 @@ def _peft(**changes):
 def _wrapped(tiny_model_dir, dtype="float32", **changes):
     from peft import get_peft_model
 
-    from olmpipe.modelload import load_model_and_processor
+    from olmpipe.models.load import load_model_and_processor
 
     model, _ = load_model_and_processor(tiny_model_dir, dtype=dtype, device="cpu")
     torch.manual_seed(0)
@@ -56,7 +56,7 @@ def test_adapters_go_on_the_language_model_by_default_and_on_the_vision_tower_wh
     """Every architecture: the default targets adapt each linear layer of the language model (only
     attention in Qwen3-VL-MoE, whose experts are fused parameters) and, with `vision`, each linear
     layer of the vision blocks (gate/up/down, fc1/fc2 or linear_fc1/linear_fc2 by architecture)."""
-    from olmpipe.architectures import ARCHITECTURES
+    from olmpipe.models.architectures import ARCHITECTURES
 
     folder, expected = tiny_models(arch), ARCHITECTURES[arch]
     lm_only = _adapted(_wrapped(folder))
@@ -103,7 +103,7 @@ def test_qlora_is_refused_on_the_cpu_and_with_vllm(quant):
 
 
 def test_qlora_on_the_cpu_stops_train_seed_before_loading_anything(tmp_path):
-    from olmpipe.train.preflight import JobSetupError
+    from olmpipe.job.preflight import JobSetupError
     from olmpipe.train.run import train_seed
 
     cfg = load_config(overrides={"train": {"wandb": {"mode": "disabled"}, "device": "cpu",
@@ -126,8 +126,8 @@ def test_olmpipe_train_refuses_qlora_on_the_cpu_with_exit_2(tmp_path, capsys):
 
 
 def test_a_trained_copy_of_a_tied_lm_head_is_refused_with_vllm(tiny_model_dir):
-    from olmpipe.modelload import load_model_and_processor
-    from olmpipe.train.peft import check_model
+    from olmpipe.job.peft import check_model
+    from olmpipe.models.load import load_model_and_processor
 
     model, _ = load_model_and_processor(tiny_model_dir, device="cpu")
     assert model.config.tie_word_embeddings  # the tiny model ties them, as Qwen2.5-VL-3B does
@@ -138,7 +138,7 @@ def test_a_trained_copy_of_a_tied_lm_head_is_refused_with_vllm(tiny_model_dir):
 
 
 def test_lora_settings_are_trajectory_settings():
-    from olmpipe.train.resume import changed_keys, run_settings
+    from olmpipe.job.resume import changed_keys, run_settings
 
     base = run_settings(load_config(overrides={"train": {"peft": {"enabled": True}}}), 0, "m")
     for change, key in (({"r": 8}, "train.peft.r"), ({"alpha": 3}, "train.peft.alpha"),
@@ -260,7 +260,7 @@ def test_lora_resume_is_bitwise_the_uninterrupted_run(lora_runs):
 def test_a_resume_that_does_not_restore_the_adapter_is_caught(lora_runs, monkeypatch):
     """The negative control of the resume test: with the adapter left fresh (optimizer, scheduler and
     RNG still restored), the resumed run's adapter and merged model differ from the uninterrupted run's."""
-    import olmpipe.train.peft as peft_module
+    import olmpipe.job.peft as peft_module
 
     monkeypatch.setattr(peft_module, "load_adapter_checkpoint", lambda model, checkpoint: None)
     resumed = _resume(lora_runs, 0, 2, "not-restored0")
@@ -272,7 +272,7 @@ def test_a_resume_that_does_not_restore_the_adapter_is_caught(lora_runs, monkeyp
 def test_lora_outputs_load_as_a_plain_model_and_as_a_peft_adapter(lora_runs):
     from peft import PeftModel
 
-    from olmpipe.modelload import load_model_and_processor
+    from olmpipe.models.load import load_model_and_processor
 
     run = lora_runs["full"][0]
     info = json.loads((run / "model" / "olmpipe_train.json").read_text())
@@ -293,7 +293,7 @@ def test_lora_outputs_load_as_a_plain_model_and_as_a_peft_adapter(lora_runs):
 
 @pytest.mark.slow
 def test_lora_soup_is_the_float32_mean_of_the_merged_seeds(lora_runs):
-    from olmpipe.soup import soup
+    from olmpipe.train.soup import soup
 
     a, b = (lora_runs["full"][s] / "model" for s in (0, 1))
     out = soup([a, b], lora_runs["root"] / "soup", dtype="float32")
@@ -329,7 +329,7 @@ def test_a_lora_checkpoint_without_its_adapter_is_skipped_and_the_run_finishes_f
     it, the run continues from checkpoint-3, writes checkpoint-4 again, and ends bitwise equal."""
     import logging
 
-    from olmpipe.train.checkpoints import FILES_KEY, RUN_STATE_FILE
+    from olmpipe.job.checkpoints import FILES_KEY, RUN_STATE_FILE
     from olmpipe.train.run import train_seed
 
     caplog.set_level(logging.INFO, logger="olmpipe")
@@ -359,7 +359,7 @@ def test_continue_cannot_change_the_adapter_shape_and_a_final_model_records_what
     """`train.resume: continue` with another adapter shape stops before any model is loaded, naming
     the key (mid-run and at the run's end alike) and changing nothing; with another alpha on a
     finished run, model/ is the checkpoint's adapter merged and olmpipe_train.json says so."""
-    from olmpipe.train.resume import ResumeMismatchError
+    from olmpipe.job.resume import ResumeMismatchError
     from olmpipe.train.run import train_seed
 
     full = lora_runs["full"][0]

@@ -109,8 +109,8 @@ def test_one_bf16_step_at_lr_2e6_moves_nearly_every_trained_tensor(strategy: str
     assert hidden >= 0.9 * sum(int(c.sum()) for c in changed.values()), "the test needs sub-bf16 changes"
     # the checkpoint's weights and optimizer files are what olmpipe plan counts per parameter (the
     # tiny model's tied embeddings are written twice by DeepSpeed's weights copy: a few % over)
-    from olmpipe.checkpoint_plan import checkpoint_bytes_per_param
     from olmpipe.plan import load_shape
+    from olmpipe.plan.checkpoint import checkpoint_bytes_per_param
 
     files = [p for p in (run / "checkpoint-1").rglob("*") if p.is_file() and (
         p.suffix == ".safetensors" or p.name == "optimizer.pt" or p.parent.name.startswith("global_step"))]
@@ -147,10 +147,10 @@ def test_pure_bf16_is_explicit_and_loses_the_step(setup: dict) -> None:
 def test_trl_trains_float32_weights_under_bf16_autocast_with_a_bf16_reference(setup: dict) -> None:
     """The seams the run relies on, through the installed TRL/accelerate: ``bf16=True`` over float32
     parameters is autocast (the parameters stay float32), and the reference model is bf16."""
-    from olmpipe.modelload import load_model_and_processor
+    from olmpipe.job.data import build_examples, to_dataset
+    from olmpipe.job.precision import resolve_precision
+    from olmpipe.models.load import load_model_and_processor
     from olmpipe.train.args import grpo_config, grpo_knobs
-    from olmpipe.train.data import build_examples, to_dataset
-    from olmpipe.train.precision import resolve_precision
     from olmpipe.train.trainer import ResumableGRPOTrainer
 
     cfg = load_config(overrides=_job("bfloat16"))
@@ -186,7 +186,7 @@ def test_lora_modules_to_save_train_in_float32_on_a_bf16_base(setup: dict) -> No
     bf16 on a bf16 base (any GPU run), and PEFT casts only LoRA's own tensors to float32: one step at
     lr 2e-6 moved 4% of the merger copy's elements (the LoRA B matrices: 99.9%). Every trained tensor
     is float32 now and moves like the float32 run's."""
-    from olmpipe.modelload import load_model_and_processor
+    from olmpipe.models.load import load_model_and_processor
 
     reference = _lora_step(setup, "lora-float32", "float32")
     trained = _lora_step(setup, "lora-bf16", "bfloat16")

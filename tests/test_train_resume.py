@@ -20,10 +20,10 @@ from safetensors.torch import load_file
 from trainkit import LowIdReward, assert_same_final_folder, folder_files, make_page_index
 
 from olmpipe.config import load_config
-from olmpipe.soup import soup
-from olmpipe.train.resume import ResumeMismatchError, changed_keys, run_settings
+from olmpipe.job.resume import ResumeMismatchError, changed_keys, run_settings
+from olmpipe.job.runlock import RunLock, RunLockedError
 from olmpipe.train.run import resolve_resume, train_seed
-from olmpipe.train.runlock import RunLock, RunLockedError
+from olmpipe.train.soup import soup
 
 pytestmark = pytest.mark.slow
 
@@ -227,7 +227,7 @@ def test_trainer_dies_with_its_job_and_a_second_one_refuses(tmp_path, tiny_model
 def test_evaluation_during_training_is_logged_and_plotted(tmp_path, tiny_model_dir):
     """eval_strategy steps: the eval split is rewarded every eval_steps; eval_reward lands in
     metrics.jsonl beside the training rows and is drawn in the reward plot."""
-    from olmpipe.plots import EVAL_KEYS, read_reward_curve
+    from olmpipe.report.plots import EVAL_KEYS, read_reward_curve
 
     pages, tests = make_page_index(tmp_path, n_train=4, n_eval=2)
     grpo = {**GRPO, "eval_strategy": "steps", "eval_steps": 2, "num_generations_eval": 2,
@@ -247,9 +247,9 @@ def test_checkpoint_loader_restores_every_architecture(arch, tiny_models, tmp_pa
     as transformers saves (renamed prefixes of Qwen2/2.5-VL, live names of Qwen3-VL) and, for
     Qwen3-VL-MoE, also with the experts in the published layout of a final model (same names,
     transposed shapes: the plain load would fail on them, the conversion reads them)."""
-    from olmpipe.architectures import publish_expert_layout
-    from olmpipe.modelload import load_model_and_processor
-    from olmpipe.train.trainer import load_checkpoint_weights
+    from olmpipe.job.trainer import load_checkpoint_weights
+    from olmpipe.models.architectures import publish_expert_layout
+    from olmpipe.models.load import load_model_and_processor
 
     trained, _ = load_model_and_processor(tiny_models(arch))
     gen = torch.Generator().manual_seed(0)
@@ -365,7 +365,7 @@ def test_a_damaged_kept_model_is_ignored_never_published(setup, caplog):
         shutil.rmtree(path)
     weights = run / "model.kept" / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[:1000])
-    with caplog.at_level("WARNING", logger="olmpipe.train.final"):
+    with caplog.at_level("WARNING", logger="olmpipe.job.final"):
         assert train_seed(setup["cfg"], seed=0, model_path=setup["model"], pages=setup["pages"],
                           tests_dir=setup["tests"], run_dir=run, reward_funcs=[LowIdReward()]) == 0
     assert "model.kept: it cannot be written back as the final model (missing or damaged: model.safetensors is " \
@@ -379,8 +379,8 @@ def test_a_base_model_replaced_under_the_same_path_stops_the_resume(setup, tmp_p
     another model.tiny.seed, a local folder overwritten): the run went on from its checkpoint, i.e.
     the old run finished as if trained from the new base. The settings record the base's weights
     fingerprint; another one stops `auto` naming it, before anything is loaded or changed."""
-    from olmpipe.modelfolder import weights_fingerprint
-    from olmpipe.train.resume import check_workflow_resume
+    from olmpipe.job.resume import check_workflow_resume
+    from olmpipe.models.folder import weights_fingerprint
 
     base = tmp_path / "base"
     shutil.copytree(setup["model"], base)

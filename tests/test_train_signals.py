@@ -1,4 +1,4 @@
-"""olmpipe.train.signals: SIGTERM ends a trainer that is still loading with exit code 75 at once."""
+"""olmpipe.job.signals: SIGTERM ends a trainer that is still loading with exit code 75 at once."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import time
 import yaml
 from trainkit import make_page_index
 
+from olmpipe.job.runlock import LOCK_FILE
 from olmpipe.procs import EXIT_PREEMPTED
-from olmpipe.train.runlock import LOCK_FILE
 
 
 def test_sigterm_while_the_trainer_is_still_loading_exits_75(tmp_path, tiny_model_dir):

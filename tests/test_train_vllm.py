@@ -77,13 +77,13 @@ def _lora_vllm_run(tmp_path, tiny_model_dir, monkeypatch, name):
 
 def test_lora_colocated_vllm_rollouts_use_the_merged_adapter(tmp_path, tiny_model_dir, monkeypatch):
     """LoRA + colocated vLLM: each sync sends the base with the adapter merged (the base itself kept
-    bit for bit, olmpipe.train.peft.merged_named_params); after a sync the engine's log-probs follow
+    bit for bit, olmpipe.job.peft.merged_named_params); after a sync the engine's log-probs follow
     the trainer's (ratio ~1), while rollouts from the base without the adapter (the control) drift."""
     run, ratios = _lora_vllm_run(tmp_path, tiny_model_dir, monkeypatch, "lora")
     assert all(math.isfinite(x) and 0.8 < x < 1.25 for x in ratios), ratios
     assert (run / "adapter" / "adapter_model.safetensors").exists() and (run / "model" / "model.safetensors").exists()
 
-    import olmpipe.train.peft as peft_module
+    import olmpipe.job.peft as peft_module
 
     def base_only(model):  # what vLLM would run if the sync forgot the adapter
         for name, param in model.named_parameters():

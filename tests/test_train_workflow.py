@@ -88,7 +88,7 @@ def test_a_lora_run_of_the_embedded_default_finishes(tmp_path):
     import torch
     from peft import PeftModel
 
-    from olmpipe.modelload import load_model_and_processor
+    from olmpipe.models.load import load_model_and_processor
 
     for name in ("data", "config"):
         (tmp_path / name).symlink_to(REPO / name)

@@ -1,4 +1,4 @@
-"""Tests of olmpipe.validate: every bad-input case gives its message; error/drop; coverage; page index."""
+"""Tests of olmpipe.validate.stage: every bad-input case gives its message; error/drop; coverage; page index."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from benchdata import make_blank_pdf, make_corrupt_pdf, make_small_bench, sample
 
 from olmpipe.config import validate_config
 from olmpipe.rasterize import rasterize_bench
-from olmpipe.split import eval_count, split_pdfs
-from olmpipe.validate import OutputError, ValidationFailed, check_pdf_field, main, run_validate
+from olmpipe.validate.split import eval_count, split_pdfs
+from olmpipe.validate.stage import OutputError, ValidationFailed, check_pdf_field, main, run_validate
 
 GOOD = {"pdf": "earnings.pdf", "page": 1, "type": "present", "text": "Earnings"}
 
@@ -253,7 +253,7 @@ def test_a_failed_write_leaves_the_previous_outputs_untouched(bench, tmp_path, m
         raise PermissionError(errno.EACCES, "Permission denied")
 
     with monkeypatch.context() as m:  # the output folder cannot take the temporary folder
-        m.setattr("olmpipe.validate.tempfile.mkdtemp", read_only)
+        m.setattr("olmpipe.validate.stage.tempfile.mkdtemp", read_only)
         with pytest.raises(OutputError, match=f"cannot write the validate outputs in {out}: Permission denied"):
             _run(bench, tmp_path)
     assert _snapshot(out) == before
@@ -319,7 +319,7 @@ def test_texts_far_longer_than_olmocr_benchs_are_kept_with_a_warning(bench, tmp_
     """Issue 20 item 10: a present test of 10,000 characters against a 10,000-character answer took
     31 s per completion. The bench's longest texts (olmOCR-Bench's sample) are 245 characters; past
     LONG_TEXT_CHARS a test is kept but named in the report's warnings and the log."""
-    from olmpipe.validate import LONG_TEXT_CHARS
+    from olmpipe.validate.stage import LONG_TEXT_CHARS
 
     words = " ".join(f"word{i}" for i in range(3000))
     long_present = {**GOOD, "id": "long", "text": words[:10_000]}
@@ -340,7 +340,7 @@ def test_texts_far_longer_than_olmocr_benchs_are_kept_with_a_warning(bench, tmp_
 def test_the_bundled_sample_has_no_text_near_the_warning_threshold():
     """The threshold's source: the longest searched text of olmOCR-Bench's sample data."""
     from olmpipe.bench import load_tests
-    from olmpipe.validate import _SEARCHED_FIELDS, LONG_TEXT_CHARS
+    from olmpipe.validate.stage import _SEARCHED_FIELDS, LONG_TEXT_CHARS
 
     tests = load_tests(str(Path(__file__).resolve().parents[1] / "data/bench/olmocr-sample/dataset.jsonl"))
     longest = max(len(getattr(t, f, None) or "") for t in tests for f in _SEARCHED_FIELDS)

@@ -19,16 +19,14 @@ from pathlib import Path
 import pytest
 
 from olmpipe.config import load_config
+from olmpipe.launch.devices import SERVER_DEVICES_ENV, split_devices, trainer_environment
 from olmpipe.procs import group_members
 from olmpipe.train.vllm_server import (
-    SERVER_DEVICES_ENV,
     ManagedVLLMServer,
     VLLMServerError,
     build_command,
     log_tail,
     server_devices,
-    split_devices,
-    trainer_environment,
 )
 
 FAKE = Path(__file__).with_name("fake_vllm_serve.py")
@@ -282,7 +280,7 @@ HOLDER = textwrap.dedent("""
     from pathlib import Path
     from olmpipe.train.vllm_server import ManagedVLLMServer
     cfg, run, own_handler = json.loads(sys.argv[1]), Path(sys.argv[2]), sys.argv[3] == "1"
-    if own_handler:  # like olmpipe.train.callbacks.StopOnSignal: finish the step, then leave
+    if own_handler:  # like olmpipe.job.callbacks.StopOnSignal: finish the step, then leave
         stop = []
         signal.signal(signal.SIGTERM, lambda *a: stop.append(1))
     with ManagedVLLMServer(cfg, "m", run, gpus=["0"]) as server:

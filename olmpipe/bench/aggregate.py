@@ -26,9 +26,9 @@ from pathlib import Path
 
 import numpy as np
 
+from olmpipe.bench.folders import bench_test_files
 from olmpipe.bench.model import Test, TestLoadError, baseline_tests_for, load_tests
 from olmpipe.bench.run import run_tests
-from olmpipe.benchdirs import bench_test_files
 from olmpipe.layout import BENCH_TESTS_GLOB
 from olmpipe.records.candidates import CANDIDATE_GLOB, parse_candidate_name, pdf_stem
 from olmpipe.records.verdicts import CandidateVerdict

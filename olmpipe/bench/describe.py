@@ -9,8 +9,8 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+from olmpipe.bench.folders import bench_test_files
 from olmpipe.bench.model import Test, TestLoadError, load_tests
-from olmpipe.benchdirs import bench_test_files
 
 logger = logging.getLogger(__name__)
 

@@ -17,9 +17,9 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from olmpipe.bench.folders import bench_test_files
 from olmpipe.bench.model import Test, load_tests
 from olmpipe.bench.run import Verdict, micro_macro, run_tests
-from olmpipe.benchdirs import bench_test_files
 
 log = logging.getLogger(__name__)
 

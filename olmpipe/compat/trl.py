@@ -5,12 +5,13 @@ checks the installed releases: :func:`olmpipe.compat.versions.require`); ``tests
 drives every seam through the installed classes. Line numbers are TRL 1.16.0's, transformers
 5.24.0's (5.17.0's in brackets), accelerate 1.15.0's.
 
-- :class:`GRPOTrainerSeams` overrides three private methods and hands each to a public hook of
-  olmpipe's trainer (:class:`olmpipe.train.trainer.ResumableGRPOTrainer`):
-  ``_get_train_sampler`` -> :meth:`~GRPOTrainerSeams.make_train_sampler`, ``_load_from_checkpoint``
-  -> :meth:`~GRPOTrainerSeams.restore_checkpoint`, ``_load_best_model`` ->
-  :meth:`~GRPOTrainerSeams.restore_best_model`, and ``save_model``'s private ``_internal_call`` (the
-  call that writes a checkpoint) -> :meth:`~GRPOTrainerSeams.checkpoint_weights_wanted`.
+- :class:`TrainerSeams` (any transformers ``Trainer``) and :class:`GRPOTrainerSeams` (TRL's
+  ``GRPOTrainer``) override private methods and hand each to a public hook of olmpipe's trainers
+  (:class:`olmpipe.job.trainer.ResumableTrainer`, :class:`olmpipe.train.trainer.ResumableGRPOTrainer`):
+  ``_load_from_checkpoint`` -> :meth:`~TrainerSeams.restore_checkpoint`, ``_load_best_model`` ->
+  :meth:`~TrainerSeams.restore_best_model`, ``save_model``'s private ``_internal_call`` (the call
+  that writes a checkpoint) -> :meth:`~TrainerSeams.checkpoint_weights_wanted`, and
+  ``_get_train_sampler`` -> :meth:`~GRPOTrainerSeams.make_train_sampler`.
 - :class:`EpochSeededRepeatSampler` subclasses TRL's ``RepeatSampler`` (``trl/trainer/utils.py``,
   not exported) and relies on its attributes; :func:`epoch_seeded` rebuilds TRL's sampler from its
   constructor's parameters and refuses one it cannot carry over.
@@ -39,7 +40,7 @@ from trl.trainer.utils import RepeatSampler
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["EpochSeededRepeatSampler", "GRPOTrainerSeams", "GenerationBatch", "after_vllm_weight_sync",
+__all__ = ["EpochSeededRepeatSampler", "GRPOTrainerSeams", "GenerationBatch", "TrainerSeams", "after_vllm_weight_sync",
            "epoch_seeded", "latest_generation_batch", "selective_log_softmax", "set_vllm_weight_stream",
            "vllm_sync_sharding", "vllm_weight_stream"]
 
@@ -99,14 +100,13 @@ def epoch_seeded(sampler: Any) -> EpochSeededRepeatSampler:
     return EpochSeededRepeatSampler(**{p.name: getattr(sampler, p.name) for p in params})
 
 
-class GRPOTrainerSeams(GRPOTrainer):
-    """``GRPOTrainer`` with its private extension points turned into public hooks.
+class TrainerSeams:
+    """transformers ``Trainer``'s private checkpoint methods turned into public hooks: a mixin put
+    before a ``Trainer`` subclass (TRL's ``GRPOTrainer``: :class:`GRPOTrainerSeams`).
 
-    Subclasses override the hooks; by default each does what TRL and transformers do. Every
-    override below is the upstream private method with the same signature:
+    Subclasses override the hooks; by default each does what transformers does. Every override
+    below is the upstream private method with the same signature:
 
-    - ``_get_train_sampler(dataset)`` (``grpo_trainer.py:1280``; called through ``sampler_fn`` from
-      ``get_train_dataloader``, ``:1276``) -> :meth:`make_train_sampler` of TRL's sampler;
     - ``_load_from_checkpoint(resume_from_checkpoint, model=None)`` (transformers ``trainer.py:3610``
       [3462], called by ``train`` at ``:1564`` [1508] and ``:1815`` [1743]) -> :meth:`restore_checkpoint`;
     - ``_load_best_model()`` (``trainer.py:3743`` [3591], called at ``:2025`` [1949] with
@@ -116,10 +116,6 @@ class GRPOTrainerSeams(GRPOTrainer):
       copy of the weights into a checkpoint before the optimizer and DeepSpeed states ->
       :meth:`checkpoint_weights_wanted`.
     """
-
-    def make_train_sampler(self, sampler: Any) -> Any:
-        """The training sampler to use instead of TRL's ``sampler`` (default: TRL's)."""
-        return sampler
 
     def restore_checkpoint(self, checkpoint: str, model: Any) -> bool:
         """Restore a checkpoint's weights into ``model`` on resume; False leaves it to transformers."""
@@ -133,9 +129,6 @@ class GRPOTrainerSeams(GRPOTrainer):
         """Whether the checkpoint being written into ``output_dir`` gets the Hugging Face copy of the weights."""
         return True
 
-    def _get_train_sampler(self, dataset: Any = None) -> Any:
-        return self.make_train_sampler(super()._get_train_sampler(dataset))
-
     def _load_from_checkpoint(self, resume_from_checkpoint: str, model: Any = None) -> None:
         if not self.restore_checkpoint(resume_from_checkpoint, model if model is not None else self.model):
             super()._load_from_checkpoint(resume_from_checkpoint, model)
@@ -148,6 +141,22 @@ class GRPOTrainerSeams(GRPOTrainer):
         if _internal_call and not self.checkpoint_weights_wanted(output_dir):
             return
         super().save_model(output_dir, _internal_call=_internal_call)
+
+
+class GRPOTrainerSeams(TrainerSeams, GRPOTrainer):
+    """``GRPOTrainer`` with its private extension points turned into public hooks: transformers'
+    checkpoint methods (:class:`TrainerSeams`), and
+
+    - ``_get_train_sampler(dataset)`` (``grpo_trainer.py:1280``; called through ``sampler_fn`` from
+      ``get_train_dataloader``, ``:1276``) -> :meth:`make_train_sampler` of TRL's sampler.
+    """
+
+    def make_train_sampler(self, sampler: Any) -> Any:
+        """The training sampler to use instead of TRL's ``sampler`` (default: TRL's)."""
+        return sampler
+
+    def _get_train_sampler(self, dataset: Any = None) -> Any:
+        return self.make_train_sampler(super()._get_train_sampler(dataset))
 
 
 # ------------------------------------------------------------------ the record of the latest batch

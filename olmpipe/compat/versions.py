@@ -38,7 +38,7 @@ TESTED: Mapping[str, str] = MappingProxyType({
     "vllm": ">=0.30,<0.32",
 })
 #: The libraries every training job reaches into; PEFT too with ``train.peft.enabled``, vLLM with
-#: ``train.grpo.use_vllm`` (checked by :mod:`olmpipe.train.packages` with the same range).
+#: ``train.grpo.use_vllm`` (checked by :mod:`olmpipe.job.packages` with the same range).
 TRAINING = ("trl", "transformers", "accelerate")
 
 

@@ -52,8 +52,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from olmpipe.config import ConfigError, load_config
-    from olmpipe.eval_run import config_from_settings
+    from olmpipe.config import ConfigError, config_from_settings, load_config
     from olmpipe.generate import GenerationError
 
     args = parse_args(argv)

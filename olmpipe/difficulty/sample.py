@@ -1,10 +1,10 @@
 """The sampling half of the difficulty stage: k completions per training page, scored like training.
 
 :func:`run_difficulty` reads the ``train`` split of the page index as the trainer does
-(:func:`olmpipe.train.data.build_examples`: same reward filters, so the same pages and tests), asks
+(:func:`olmpipe.job.data.build_examples`: same reward filters, so the same pages and tests), asks
 the model for ``k`` completions per page at the trainer's sampling settings
 (:mod:`olmpipe.difficulty.settings`) through the baseline's generation engine
-(:func:`olmpipe.eval_run.generate_journaled`: any backend, batched, journaled and resumable), scores
+(:func:`olmpipe.evaluate.engine.generate_journaled`: any backend, batched, journaled and resumable), scores
 them with the trainer's rewards (:class:`olmpipe.difficulty.score.SampleScorer`) and writes into its
 folder (``results/difficulty/``):
 
@@ -26,9 +26,9 @@ from typing import Any
 from olmpipe.codeversion import rule_code_version
 from olmpipe.difficulty.score import CompletionIds, SampleScorer
 from olmpipe.difficulty.settings import DifficultyError, decoding_settings, trainer_sampling
-from olmpipe.eval_run import check_backend_errors, generate_journaled
 from olmpipe.generate import GenerationBackend, backend_identity, make_requests
 from olmpipe.generate.decoding import decoding_fingerprint
+from olmpipe.generate.journal import check_backend_errors, generate_journaled
 from olmpipe.records.difficulty import STATS_NAME, SUMMARY_NAME, PageDifficulty, write_stats, write_summary
 from olmpipe.records.files import file_sha256
 from olmpipe.records.generations import GENERATIONS_NAME, GenerationRecord, write_generations
@@ -42,7 +42,7 @@ SCORE_BATCH = 256
 def stage_fingerprint(cfg: Mapping[str, Any], model_path: str | Path) -> str:
     """The fingerprint a journaled generation must carry to be reused: decoding settings, backend,
     model identity, prompt and generation code (as the baseline's,
-    :func:`olmpipe.eval_run.generation_fingerprint`)."""
+    :func:`olmpipe.evaluate.engine.generation_fingerprint`)."""
     return decoding_fingerprint(
         decoding_settings(cfg),
         backend_identity(cfg["generation"], model_path),
@@ -69,7 +69,7 @@ def _scorer(cfg: Mapping[str, Any], model_path: str | Path, reward_funcs: Sequen
     from olmpipe.rewards import build_rewards
 
     if tokenizer is None:
-        from olmpipe.modelload import load_processor
+        from olmpipe.models.load import load_processor
 
         tokenizer = load_processor(model_path)
     extra_eos = model_eos_ids(model_path) if reward_funcs is None else []
@@ -105,7 +105,7 @@ def run_difficulty(
     allows, and ``tokenizer`` the model folder's processor. Raises :class:`DifficultyError` for bad
     inputs and when more than ``generation.max_error_fraction`` of the generations failed.
     """
-    from olmpipe.train.data import PageIndexError, build_examples
+    from olmpipe.job.data import PageIndexError, build_examples
 
     generation, rewards_cfg = cfg["generation"], cfg["rewards"]
     settings = decoding_settings(cfg)

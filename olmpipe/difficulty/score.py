@@ -4,7 +4,7 @@ The rewards are called as TRL 1.16's ``GRPOTrainer._calculate_rewards`` calls th
 (trl/trainer/grpo_trainer.py:1579-1630): keyword arguments ``prompts``, ``completions`` (the
 conversational form ``[{"role": "assistant", "content": text}]``, text decoded with
 ``skip_special_tokens=True``, grpo_trainer.py:2244-2245), ``completion_ids``, every dataset column
-but the prompt and the images (:func:`olmpipe.train.data.reward_columns`), ``trainer_state``,
+but the prompt and the images (:func:`olmpipe.job.data.reward_columns`), ``trainer_state``,
 ``log_extra`` and ``log_metric``. A reward's None becomes NaN; the total of a completion is the
 weighted ``nansum`` over the reward functions, NaN when every function returned None
 (grpo_trainer.py:2756-2763); the group's spread is TRL's ``nanstd`` (Bessel's correction,
@@ -29,9 +29,9 @@ from pathlib import Path
 from typing import Any
 
 from olmpipe.generate.base import FAILURE_ERROR, FINISH_STOP
+from olmpipe.job.data import PageExample, reward_columns
 from olmpipe.records.difficulty import PageDifficulty
 from olmpipe.records.generations import GenerationRecord
-from olmpipe.train.data import PageExample, reward_columns
 
 logger = logging.getLogger(__name__)
 

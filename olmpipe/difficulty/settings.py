@@ -134,11 +134,11 @@ class FilterSettings:
 
 
 def training_batch_pages(cfg: Mapping[str, Any]) -> int:
-    """Pages one generation batch of training takes (:func:`olmpipe.train.grpo_fields.batch_pages`),
+    """Pages one generation batch of training takes (:func:`olmpipe.config.grpo_fields.batch_pages`),
     the most over the trained seeds' knobs, with the training processes ``resources.train`` plans: the
     filter must keep at least this many train pages, or training cannot take a step."""
     from olmpipe.config import train_processes
-    from olmpipe.train.grpo_fields import batch_pages
+    from olmpipe.config.grpo_fields import batch_pages
 
     processes = train_processes(cfg) or 1
     train = cfg["train"]

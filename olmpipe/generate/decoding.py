@@ -113,7 +113,7 @@ def decoding_fingerprint(
 ) -> str:
     """Short hash of what decides a generation's text: the decoding settings, the backend and model
     identity, the prompt, plus ``extra`` (the caller's code version and mode); journaled work that a
-    resumed run reuses must carry the same (:func:`olmpipe.eval_run.generation_fingerprint`)."""
+    resumed run reuses must carry the same (:func:`olmpipe.evaluate.engine.generation_fingerprint`)."""
     payload = {
         "decoding": settings.fingerprint_fields(),
         "backend": dict(backend),

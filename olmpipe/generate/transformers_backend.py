@@ -94,7 +94,7 @@ class TransformersBackend(GenerationBackend):
         """Load ``model_path`` with the ``generation.transformers`` device/dtype settings."""
         import torch
 
-        from olmpipe.modelload import load_model_and_processor
+        from olmpipe.models.load import load_model_and_processor
 
         section = generation["transformers"]
         device = section["device"]

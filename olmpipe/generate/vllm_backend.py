@@ -3,7 +3,7 @@
 vLLM is imported only here and only when this backend is built without an injected engine, so the
 main install never needs it. It runs on GPUs (the ``vllm`` extra) and on CPUs with vLLM's CPU build
 (``scripts/setup.sh --vllm``, docs/vllm.md). vLLM starts its engine in a spawned process that
-re-imports the main module: call it from a module with a main guard (``python -m olmpipe.baseline``,
+re-imports the main module: call it from a module with a main guard (``python -m olmpipe.evaluate.baseline``,
 as the workflow does), never from a Snakemake ``script:``. Every call hands all its requests to ``LLM.generate`` at once (one
 ``SamplingParams`` per request, each with its own seed); vLLM schedules them together, so
 ``generation.batch_size`` should be large (hundreds) with this backend.
@@ -131,7 +131,7 @@ class VLLMBackend(GenerationBackend):
         """Start the engine for ``model_path`` with ``engine_factory`` (default ``vllm.LLM``)."""
         kwargs = engine_kwargs(model_path, generation)
         if processor is None:
-            from olmpipe.modelload import load_processor
+            from olmpipe.models.load import load_processor
 
             processor = load_processor(model_path)
         engine = (engine_factory or _vllm_engine)(**kwargs)

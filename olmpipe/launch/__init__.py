@@ -24,9 +24,9 @@ per node, each running ``python -m olmpipe.launch --node ...``, which reads SLUR
 (:func:`olmpipe.launch.slurm.node_command`) and then replaces itself by the node's launcher.
 
 What the job's GPUs become (training ranks, a vLLM server's GPUs, a strategy) is decided and
-checked by :mod:`olmpipe.process_plan`, below this package, which the config check and the memory
+checked by :mod:`olmpipe.config.processes`, below this package, which the config check and the memory
 plan use too. One module per job here, each importing only those listed before it (and, below
-them, :mod:`olmpipe.process_plan`, :mod:`olmpipe.procs` and :mod:`olmpipe.train`'s packages check
+them, :mod:`olmpipe.config.processes`, :mod:`olmpipe.procs` and :mod:`olmpipe.train`'s packages check
 and vLLM server devices):
 
 - :mod:`.commands`: the argv of a job (:func:`~.commands.launch_command`) and the train rule's

@@ -17,25 +17,25 @@ import os
 import shlex
 import sys
 
+from olmpipe.config.processes import ACCELERATE_CONFIG_DIR, LAUNCHERS, STRATEGIES, LaunchError, plan
 from olmpipe.launch.commands import launch_command
 from olmpipe.launch.devices import server_mode_command
 from olmpipe.launch.slurm import node_command
 from olmpipe.launch.supervise import supervise
-from olmpipe.process_plan import ACCELERATE_CONFIG_DIR, LAUNCHERS, STRATEGIES, LaunchError, plan
 
 DESCRIPTION = "How a training job starts its processes: one process, one per GPU, or one launcher per node."
 
 
 def check_packages(strategy: str, processes: int) -> None:
     """Stop before the launcher starts when this node lacks a package of the job's strategy
-    (:mod:`olmpipe.train.packages`; installed versions only, nothing imported here).
+    (:mod:`olmpipe.job.packages`; installed versions only, nothing imported here).
 
     accelerate's launcher would otherwise fail first with its own message (``DeepSpeed is not
     installed``, accelerate 1.15 ``commands/launch.py`` 1042-1043). The ranks check everything the
     job needs (vLLM included, before the server starts), with imports, in :mod:`olmpipe.train.cli`.
-    Raises :class:`~olmpipe.train.packages.MissingPackageError`.
+    Raises :class:`~olmpipe.job.packages.MissingPackageError`.
     """
-    from olmpipe.train.packages import check, job_needs
+    from olmpipe.job.packages import check, job_needs
 
     check(job_needs(strategy=strategy, processes=processes), import_modules=False)
 
@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("args", nargs=argparse.REMAINDER, help="arguments of the module (after --)")
     ns = parser.parse_args(argv)
     args = ns.args[1:] if ns.args[:1] == ["--"] else ns.args
-    from olmpipe.train.packages import MissingPackageError
+    from olmpipe.job.packages import MissingPackageError
 
     if ns.supervise:
         try:

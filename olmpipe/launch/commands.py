@@ -1,7 +1,7 @@
 """The command line of a training job, as the train rule runs it (``params.launch``).
 
 :func:`launch_command` builds the argv for a job's GPUs, strategy and nodes (through
-:func:`~olmpipe.process_plan.plan`): plain ``python -m`` for one process, accelerate's or
+:func:`~olmpipe.config.processes.plan`): plain ``python -m`` for one process, accelerate's or
 torchrun's launcher for several, ``python -m olmpipe.launch --exec``/``--node``/``--supervise`` where
 the job's own part must run inside the job. :func:`launch_prefix` is the same as a shell string.
 
@@ -16,7 +16,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from olmpipe.process_plan import ACCELERATE_CONFIG_DIR, LaunchPlan, plan
+from olmpipe.config.processes import ACCELERATE_CONFIG_DIR, LaunchPlan, plan
 
 #: First rendezvous port of multi-node jobs; the job id spreads jobs sharing a node over 10000 ports.
 BASE_PORT = 29500

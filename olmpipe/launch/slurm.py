@@ -16,8 +16,8 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
+from olmpipe.config.processes import ACCELERATE_CONFIG_DIR, LaunchError, plan
 from olmpipe.launch.commands import BASE_PORT, launcher_argv
-from olmpipe.process_plan import ACCELERATE_CONFIG_DIR, LaunchError, plan
 
 
 def first_host(nodelist: str, run: Callable[..., subprocess.CompletedProcess] = subprocess.run) -> str:

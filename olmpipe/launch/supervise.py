@@ -20,7 +20,7 @@ def supervise(cmd: Sequence[str], env: Mapping[str, str], grace_s: float) -> int
     their own. SIGTERM, SIGINT or SIGHUP to this process -- SLURM's preemption or walltime signal,
     ``scancel --signal=TERM`` -- is sent to that whole group at once, so every rank sets its stop
     flag in the same step and they write one checkpoint together
-    (:class:`olmpipe.train.callbacks.StopOnSignal`). The elastic agent would otherwise SIGKILL its
+    (:class:`olmpipe.job.callbacks.StopOnSignal`). The elastic agent would otherwise SIGKILL its
     workers 30 s after its own SIGTERM (torch 2.13 ``LaunchConfig.shutdown_timeout``, default from
     ``TORCH_ELASTIC_SHUTDOWN_TIMEOUT``): it is set to ``grace_s`` here, and anything of the group
     still alive ``grace_s`` after the signal is killed. Returns :data:`EXIT_PREEMPTED` after a

@@ -1,10 +1,10 @@
 """Candidate folders: page texts in olmOCR-Bench's layout, one ``.md`` file per (pdf, page, repeat).
 
-A scored run folder holds ``candidate/`` (written by :mod:`olmpipe.eval_run`), so that
+A scored run folder holds ``candidate/`` (written by :mod:`olmpipe.evaluate.engine`), so that
 olmOCR-Bench's own ``benchmark.py`` can score it; a bench folder's candidate folders (a reference
 answer such as the synthetic bench's ``reference/``) are read by ``olmpipe bench score``
 (:mod:`olmpipe.bench.aggregate`) and, for reference answers, by training
-(:mod:`olmpipe.train.data`). The file name is ``<pdf path without .pdf>_pg<page>_repeat<k>.md``
+(:mod:`olmpipe.job.data`). The file name is ``<pdf path without .pdf>_pg<page>_repeat<k>.md``
 (olmOCR-Bench's ``benchmark.py``); :func:`candidate_name` spells it, :func:`parse_candidate_name`
 reads it back.
 """

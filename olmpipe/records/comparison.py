@@ -1,6 +1,6 @@
 """The comparison: ``results/evaluate/comparison.json`` and ``comparison.csv``.
 
-Written by the evaluate stage (:mod:`olmpipe.compare` builds it); read by the report, its plots,
+Written by the evaluate stage (:mod:`olmpipe.evaluate.compare` builds it); read by the report, its plots,
 ``olmpipe evaluate --table`` and notebooks. The JSON holds everything (score rows, per-test and
 per-page tables, settings, guards); the CSV one line per score row (:data:`CSV_COLUMNS`).
 """

@@ -2,7 +2,7 @@
 
 A run folder (``results/baseline/<model>/``, ``results/evaluate/<model>/``) holds one
 :class:`GenerationRecord` per (pdf, page, repeat). The generate-and-score engine
-(:mod:`olmpipe.eval_run`) appends finished records to ``generations.journal.jsonl`` as they come
+(:mod:`olmpipe.evaluate.engine`) appends finished records to ``generations.journal.jsonl`` as they come
 and writes ``generations.jsonl`` in one piece at the end; the comparison, the report and notebooks
 read it back.
 """
@@ -17,7 +17,7 @@ from typing import Any
 from olmpipe.records.files import append_jsonl, iter_jsonl, write_jsonl
 
 GENERATIONS_NAME = "generations.jsonl"
-#: The append-only resume journal beside it (not a Snakemake output: see olmpipe.eval_run).
+#: The append-only resume journal beside it (not a Snakemake output: see olmpipe.evaluate.engine).
 JOURNAL_NAME = "generations.journal.jsonl"
 #: The fields every reader of ``generations.jsonl`` needs.
 GENERATION_KEYS = ("pdf", "page", "repeat", "text")

@@ -1,6 +1,6 @@
 """A scored run folder's scores and run summary: ``scores.json``, ``scores.csv`` and ``summary.json``.
 
-Written by the generate-and-score engine (:mod:`olmpipe.eval_run`) into ``results/baseline/<model>/``
+Written by the generate-and-score engine (:mod:`olmpipe.evaluate.engine`) into ``results/baseline/<model>/``
 and ``results/evaluate/<model>/``: the olmOCR-Bench scores (overall with its 95% interval, per test
 type, per JSONL file) as JSON and as a table, and the run statistics (pages, EOS share, failures,
 tokens, throughput; the pipeline-compatible mode's counts under ``pipeline``). The report reads

@@ -1,7 +1,7 @@
 """Verdicts: ``verdicts.jsonl`` of a scored run folder, one line per test and repeat.
 
-Written by the generate-and-score engine (:mod:`olmpipe.eval_run`) and ``olmpipe bench score
---verdicts-out``; read by the comparison (:mod:`olmpipe.compare`) and notebooks
+Written by the generate-and-score engine (:mod:`olmpipe.evaluate.engine`) and ``olmpipe bench score
+--verdicts-out``; read by the comparison (:mod:`olmpipe.evaluate.compare`) and notebooks
 (:mod:`olmpipe.results`).
 """
 

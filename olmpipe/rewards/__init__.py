@@ -24,7 +24,7 @@ medoid            agreement with the medoid of the page's completions    rewards
 
 Besides TRL's keywords, olmpipe's rewards accept ``log_error(index, reason)``: each completion a
 reward could not score (not one it scored low) is reported there. TRL never passes it; olmpipe's
-trainer does (:mod:`olmpipe.train.health`), and stops a run whose every completion fails.
+trainer does (:mod:`olmpipe.job.health`), and stops a run whose every completion fails.
 
 The workflow builds the selected rewards and their weights from the ``rewards`` config section
 with :func:`build_rewards`, which looks each name up in the registry of

@@ -56,7 +56,7 @@ class EosReward:
     not integers (a string, a float token, a bare number): TRL leaves a None out of the weighted
     reward sum, so a malformed row neither rewards nor punishes the model. Each call logs them
     with a warning, counts them in the ``eos/errors`` metric (through TRL's ``log_metric``) and
-    reports each through ``log_error(index, reason)`` when given (see :mod:`olmpipe.train.health`).
+    reports each through ``log_error(index, reason)`` when given (see :mod:`olmpipe.job.health`).
     """
 
     def __init__(self, eos_token_ids: Iterable[int]):

@@ -10,7 +10,7 @@ GRPO step. A test that times out or errors counts as failed (it lowers the rewar
 test) and is counted in the ``bench/timeouts`` and ``bench/errors`` metrics; each completion that
 could not be scored (a test error, the worker's memory limit, tests not found, no text) is also
 reported through the ``log_error(index, reason)`` keyword when the caller passes one (olmpipe's
-trainer does: :mod:`olmpipe.train.health` stops a run whose every completion fails).
+trainer does: :mod:`olmpipe.job.health` stops a run whose every completion fails).
 
 Dataset columns read (TRL passes every dataset column as a keyword argument):
 

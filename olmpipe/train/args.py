@@ -6,17 +6,17 @@ defaults). The few arguments set here are not hyperparameters but consequences o
 - ``output_dir``, ``seed`` / ``data_seed``: the job's folder and seed;
 - ``bf16`` / ``use_cpu``: from ``train.device`` and ``train.dtype`` (GRPOConfig's ``bf16=True``
   default would make CPU runs ~7x slower); ``bf16`` is mixed precision over float32 weights
-  (:mod:`olmpipe.train.precision`);
+  (:mod:`olmpipe.job.precision`);
 - ``model_init_kwargs["dtype"]``: the reference model's dtype (the compute dtype, see
-  :mod:`olmpipe.train.precision`), unless ``train.grpo.model_init_kwargs`` names one;
+  :mod:`olmpipe.job.precision`), unless ``train.grpo.model_init_kwargs`` names one;
 - ``report_to``: ``wandb`` unless ``train.wandb.mode`` is ``disabled``;
 - ``remove_unused_columns=False``: the dataset columns (test ids, files, pdf, page) must reach the
   rewards;
 - ``log_completions=False``: TRL's table crashes with wandb on multimodal prompts (TRL 1.16); the
-  run writes its own table (:class:`olmpipe.train.callbacks.CompletionsTable`);
+  run writes its own table (:class:`olmpipe.train.completions.CompletionsTable`);
 - ``save_strategy``/``logging_strategy`` = ``steps`` and ``reward_weights`` from ``rewards.weights``;
 - ``save_total_limit=None``: olmpipe deletes old checkpoints itself, after the new one is committed
-  (:class:`olmpipe.train.callbacks.RunState`, which gets ``train.grpo.save_total_limit``).
+  (:class:`olmpipe.job.callbacks.RunState`, which gets ``train.grpo.save_total_limit``).
 
 >>> from olmpipe.config import load_config
 >>> cfg = load_config()
@@ -29,42 +29,17 @@ defaults). The few arguments set here are not hyperparameters but consequences o
 from __future__ import annotations
 
 from collections.abc import Mapping
-from copy import deepcopy
 from typing import Any
 
+from olmpipe.job.kinds import GRPO
+from olmpipe.job.precision import resolve_device, resolve_dtype
 
-def resolve_device(device: str) -> str:
-    """``cpu`` or ``cuda`` for ``train.device`` (``auto`` picks CUDA when available)."""
-    import torch
-
-    if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if device == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError("train.device is 'cuda' but torch sees no CUDA device; set train.device: auto or cpu")
-    return device
-
-
-def resolve_dtype(dtype: str, device: str) -> str:
-    """The compute dtype, ``float32`` or ``bfloat16``, of ``train.dtype`` (``auto``: bfloat16 on CUDA,
-    float32 on CPU). Weights stay float32 either way (:func:`olmpipe.train.precision.resolve_precision`)."""
-    if dtype == "auto":
-        return "bfloat16" if device == "cuda" else "float32"
-    return dtype
+__all__ = ["grpo_config", "grpo_knobs", "resolve_device", "resolve_dtype"]
 
 
 def grpo_knobs(train_cfg: Mapping[str, Any], seed: int) -> dict[str, Any]:
-    """``train.grpo`` with the ``seed_overrides`` of ``seed`` applied."""
-    from olmpipe.train.grpo_fields import check_knobs
-
-    knobs = deepcopy(dict(train_cfg["grpo"]))
-    for override in train_cfg["seed_overrides"]:
-        if override["seed"] != seed:
-            continue
-        problems = check_knobs(override["grpo"], f"train.seed_overrides (seed {seed}).grpo")
-        if problems:
-            raise ValueError("; ".join(problems))
-        knobs.update(override["grpo"])
-    return knobs
+    """``train.grpo`` with the ``seed_overrides`` of ``seed`` applied (:meth:`olmpipe.job.kinds.JobKind.knobs`)."""
+    return GRPO.knobs(train_cfg, seed)
 
 
 def grpo_config(
@@ -90,7 +65,7 @@ def grpo_config(
     knobs = _for_installed({**knobs, **dict(overrides or {})}, GRPOConfig)
     if reference_dtype is not None and knobs.get("beta", 0.0) != 0.0:
         knobs["model_init_kwargs"] = {"dtype": reference_dtype, **dict(knobs.get("model_init_kwargs") or {})}
-    knobs["save_total_limit"] = None  # applied after each checkpoint's commit (olmpipe.train.checkpoints.rotate)
+    knobs["save_total_limit"] = None  # applied after each checkpoint's commit (olmpipe.job.checkpoints.rotate)
     return GRPOConfig(
         output_dir=output_dir,
         seed=seed,

@@ -1,136 +1,27 @@
-"""Command line of stage 4: ``python -m olmpipe.train`` (or ``olmpipe train``).
+"""Command line of stage 4, GRPO: ``python -m olmpipe.train`` (or ``olmpipe train``).
 
     python -m olmpipe.train --seed 0 --model results/model/tiny \\
         --pages results/validate/pages.jsonl --tests-dir results/validate/tests \\
         --run-dir results/train/seed0 [--config config/config.yaml | --config-json '{...}']
 
 Snakemake's ``train_seed`` rule runs this command (behind ``train.launcher``, e.g. ``accelerate
-launch`` on several GPUs) with the job's config sections as ``--config-json``. Exit codes: 0
-finished, 75 stopped by SIGTERM after a checkpoint (resume by running it again), 2 bad arguments
-or config (settings this job cannot train: :mod:`olmpipe.train.preflight`; a checkpoint that does
-not fit the model), or a package the job needs missing here (:mod:`olmpipe.train.packages`) or
-outside the releases olmpipe was checked against (:mod:`olmpipe.compat.versions`), 3 a reward failed
-on every completion for ``train.reward_error_steps`` steps, 4 a non-finite loss, gradient or weight
-(both: no final model, :mod:`olmpipe.train.health`), 1 any other error (a full disk says so, and
-names the checkpoint a rerun continues from).
+launch`` on several GPUs) with the job's config sections as ``--config-json``. The command line
+and its exit codes are every training job's (:mod:`olmpipe.job.cli`): 0 finished, 75 stopped by
+SIGTERM after a checkpoint, 2 bad arguments, config or packages, 3 a reward failed on every
+completion for ``train.reward_error_steps`` steps, 4 a non-finite loss, gradient or weight, 1 any
+other error.
 """
 
 from __future__ import annotations
 
-import argparse
-import errno
-import json
-import logging
-import os
-import shutil
-import sys
-from typing import Any
-
-from olmpipe.config import ConfigError, load_config, validate_config
-from olmpipe.layout import PAGE_INDEX, TRAIN_RUN, VALIDATED_TESTS
-from olmpipe.procs import EXIT_PREEMPTED
+from olmpipe.job.cli import run_cli
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="olmpipe train", description="GRPO training of one seed (stage 4).")
-    parser.add_argument("--seed", type=int, required=True, help="seed of this run (one of train.seeds)")
-    parser.add_argument("--model", required=True, help="base model folder or hub id")
-    parser.add_argument("--pages", required=True, help=f"page index ({PAGE_INDEX})")
-    parser.add_argument("--tests-dir", required=True, help=f"validated test files ({VALIDATED_TESTS})")
-    parser.add_argument("--run-dir", required=True, help=f"run folder ({TRAIN_RUN})")
-    parser.add_argument("--final-dir", default=None, help="final model folder (default: RUN_DIR/model)")
-    source = parser.add_mutually_exclusive_group()
-    source.add_argument("--config", default=None, help="YAML config file (default: config/config.yaml)")
-    source.add_argument("--config-json", default=None,
-                        help="config as JSON (sections not given take the schema defaults)")
-    parser.add_argument("--threads", type=int, default=None, help="CPU threads (default: resources.train.cpus_per_task)")
-    return parser.parse_args(argv)
+def _grpo_steps():
+    from olmpipe.train.run import GRPOSteps
+
+    return GRPOSteps
 
 
 def main(argv: list[str] | None = None) -> int:
-    from olmpipe.train.signals import SignalFlag, StoppedBeforeTraining
-
-    # first: a SIGTERM from here on ends the run with 75 (preempted), also while it still imports and loads
-    flag = SignalFlag().install()
-    try:
-        flag.begin_loading()
-        return _main(argv, flag)
-    except StoppedBeforeTraining as exc:
-        sys.stderr.write(f"olmpipe train: {exc}\n")
-        return EXIT_PREEMPTED
-    finally:
-        flag.end_loading()
-        flag.restore()
-
-
-def _main(argv: list[str] | None, flag: Any) -> int:
-    args = parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    try:
-        cfg = validate_config(json.loads(args.config_json)) if args.config_json else load_config(args.config)
-    except (ConfigError, json.JSONDecodeError) as exc:
-        sys.stderr.write(f"olmpipe train: {exc}\n")
-        return 2
-    if args.threads is not None:
-        cfg["resources"]["train"]["cpus_per_task"] = args.threads
-    if args.seed not in cfg["train"]["seeds"]:
-        logging.getLogger(__name__).warning("seed %d is not listed in train.seeds %s", args.seed, cfg["train"]["seeds"])
-    from olmpipe.compat.versions import TRAINING, UntestedVersionError, require
-    from olmpipe.train.packages import MissingPackageError, check, config_needs, nvidia_gpus
-
-    try:
-        # before TRL, accelerate or DeepSpeed are imported: stop with what is missing and how to get it
-        check(config_needs(cfg, processes=int(os.environ.get("WORLD_SIZE", "1")), node_gpus=nvidia_gpus()))
-        # the releases olmpipe's seams into TRL/transformers/accelerate (and PEFT) were checked against
-        require(*TRAINING, *(["peft"] if cfg["train"]["peft"]["enabled"] else []))
-    except (MissingPackageError, UntestedVersionError) as exc:
-        sys.stderr.write(f"olmpipe train: {exc}\n")
-        return 2
-    from olmpipe.train.errors import CheckpointLoadError, JobSetupError
-    from olmpipe.train.health import TrainingStopped
-    from olmpipe.train.peft import AdapterLoadError
-    from olmpipe.train.resume import ResumeMismatchError
-    from olmpipe.train.run import train_seed
-    from olmpipe.train.runlock import RunLockedError
-    from olmpipe.train.vllm_server import VLLMServerError
-
-    try:
-        return train_seed(cfg, seed=args.seed, model_path=args.model, pages=args.pages, tests_dir=args.tests_dir,
-                          run_dir=args.run_dir, final_dir=args.final_dir, signal_flag=flag)
-    except (RunLockedError, ResumeMismatchError, VLLMServerError, JobSetupError, AdapterLoadError,
-            CheckpointLoadError) as exc:
-        sys.stderr.write(f"olmpipe train: {exc}\n")
-        return 2
-    except TrainingStopped as exc:
-        sys.stderr.write(f"olmpipe train: {exc}\n")
-        return exc.exit_code
-    except Exception as exc:
-        if not disk_full(exc, args.run_dir):
-            raise
-        from olmpipe.train.checkpoints import complete_checkpoints
-
-        logging.getLogger(__name__).error("training stopped", exc_info=exc)
-        done = complete_checkpoints(args.run_dir, warn=False)
-        sys.stderr.write(f"olmpipe train: the disk is full ({exc}). Free space and run again: training continues "
-                         f"from the last complete checkpoint ({done[-1] if done else 'none yet: from the start'})\n")
-        return 1
-
-
-def disk_full(exc: BaseException, folder: str) -> bool:
-    """Whether ``exc`` (or an exception it came from) means the disk holding ``folder`` is full.
-
-    Writers report it differently: ``OSError`` with ``ENOSPC``/``EDQUOT`` (Python's own files),
-    "No space left on device" inside another error (safetensors), or only "file write failed"
-    (``torch.save``); for the last, the disk's free space decides.
-    """
-    seen: BaseException | None = exc
-    while seen is not None:
-        if isinstance(seen, OSError) and seen.errno in (errno.ENOSPC, errno.EDQUOT):
-            return True
-        if "No space left on device" in str(seen) or "Disk quota exceeded" in str(seen):
-            return True
-        seen = seen.__cause__ or seen.__context__
-    try:
-        return shutil.disk_usage(folder).free < 1 << 20
-    except OSError:
-        return False
+    return run_cli(_grpo_steps, argv, prog="olmpipe train", description="GRPO training of one seed (stage 4).")

@@ -23,7 +23,7 @@ job so that nothing is left behind:
   previous values come back when the block ends;
 - it is stopped when the ``with`` block ends, normally or by an exception, and on SIGTERM to a
   process that had no SIGTERM handler of its own (the block is left with ``SystemExit(143)``). A
-  process that handles SIGTERM itself (:class:`olmpipe.train.callbacks.StopOnSignal`) keeps the
+  process that handles SIGTERM itself (:class:`olmpipe.job.callbacks.StopOnSignal`) keeps the
   server until it leaves the block, so the step in flight can still generate. Stopping sends
   SIGTERM to the whole group, then SIGKILL after ``stop_grace_s``;
 - if the trainer dies without running its ``finally`` blocks (``kill -9``, out-of-memory killer),
@@ -46,7 +46,6 @@ from __future__ import annotations
 
 import ctypes
 import logging
-import math
 import os
 import signal
 import socket
@@ -60,12 +59,14 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Self
 
+from olmpipe.config.checks import wants_server
+from olmpipe.launch.devices import SERVER_DEVICES_ENV
 from olmpipe.procs import group_members
+
+__all__ = ["ManagedVLLMServer", "VLLMServerError", "build_command", "server_devices", "wants_server"]
 
 logger = logging.getLogger(__name__)
 
-#: Environment variable that carries the server's devices from the launcher to the trainer's rank 0.
-SERVER_DEVICES_ENV = "OLMPIPE_VLLM_SERVER_DEVICES"
 #: The server's address: the trainer runs on the same node.
 HOST = "127.0.0.1"
 #: TRL 1.16's health check path (trl/generation/vllm_client.py, line 278).
@@ -120,60 +121,9 @@ class VLLMServerError(RuntimeError):
     """The managed vLLM server could not be started (message: why, and the tail of its log)."""
 
 
-def split_devices(visible: Sequence[str], server_gpus: int) -> tuple[list[str], list[str]]:
-    """Split a job's devices into the vLLM server's (the last ``server_gpus``) and the trainer's.
-
-    The server takes the last devices, as olmOCR's launcher did (``vllm_gpu = num_gpus - 1``).
-
-    >>> split_devices(["0", "1", "2", "3"], 1)
-    (['3'], ['0', '1', '2'])
-    >>> split_devices(["0", "1"], 0)
-    ([], ['0', '1'])
-    """
-    visible = [str(d) for d in visible]
-    if server_gpus < 0:
-        raise ValueError(f"resources.train.vllm_server_gpus must be >= 0, got {server_gpus}")
-    if server_gpus and server_gpus >= len(visible):
-        raise ValueError(
-            f"the job sees {len(visible)} GPU(s) ({','.join(visible) or 'none'}) but the vLLM server needs "
-            f"{server_gpus} and training at least 1: raise resources.train.gpu or lower "
-            "resources.train.vllm_server_gpus"
-        )
-    cut = len(visible) - server_gpus
-    return visible[cut:], visible[:cut]
-
-
-def visible_devices(environ: Mapping[str, str], gpus: int) -> list[str]:
-    """The job's ``gpus`` devices: the first ``gpus`` of ``CUDA_VISIBLE_DEVICES`` when it is set (SLURM
-    sets it to exactly the granted GPUs; a workstation may export more than the job asked for), else
-    ``0..gpus-1``. Fewer listed than ``gpus`` are returned as they are (the callers say what is missing).
-
-    >>> visible_devices({"CUDA_VISIBLE_DEVICES": "4,5,6,7"}, 2)
-    ['4', '5']
-    """
-    value = environ.get("CUDA_VISIBLE_DEVICES", "").strip()
-    if value:
-        return [d.strip() for d in value.split(",") if d.strip()][:gpus]
-    return [str(i) for i in range(gpus)]
-
-
-def trainer_environment(environ: Mapping[str, str], gpus: int, server_gpus: int) -> dict[str, str]:
-    """Variables the launcher sets for the training processes in server mode.
-
-    ``CUDA_VISIBLE_DEVICES`` becomes the trainer's devices and :data:`SERVER_DEVICES_ENV` names the
-    server's, which rank 0 reads back with :func:`server_devices`. Empty without a server.
-
-    >>> trainer_environment({"CUDA_VISIBLE_DEVICES": "4,5,6,7"}, 4, 1)
-    {'CUDA_VISIBLE_DEVICES': '4,5,6', 'OLMPIPE_VLLM_SERVER_DEVICES': '7'}
-    """
-    if server_gpus == 0:
-        return {}
-    server, trainer = split_devices(visible_devices(environ, gpus), server_gpus)
-    return {"CUDA_VISIBLE_DEVICES": ",".join(trainer), SERVER_DEVICES_ENV: ",".join(server)}
-
-
 def server_devices(environ: Mapping[str, str]) -> list[str]:
-    """The server's devices as set by :func:`trainer_environment`; a clear error when missing."""
+    """The server's devices as set by :func:`olmpipe.launch.devices.trainer_environment`; a clear error
+    when missing."""
     value = environ.get(SERVER_DEVICES_ENV, "").strip()
     if not value:
         raise VLLMServerError(
@@ -181,35 +131,6 @@ def server_devices(environ: Mapping[str, str]) -> list[str]:
             "server; set resources.train.vllm_server_gpus (>= 1) and start training through olmpipe.launch"
         )
     return [d.strip() for d in value.split(",") if d.strip()]
-
-
-def wants_server(grpo: Mapping[str, Any]) -> bool:
-    """True when the GRPO knobs ask for generation by a vLLM server (``use_vllm`` + ``server``)."""
-    return bool(grpo["use_vllm"]) and grpo["vllm_mode"] == "server"
-
-
-#: Seconds by which ``train.grpo.ddp_timeout`` must exceed the server's start-up budget: the other
-#: ranks also wait for rank 0's own model loading and dataset building around the start-up.
-DDP_TIMEOUT_MARGIN_S = 120
-
-
-def collective_timeout_problem(train_cfg: Mapping[str, Any], grpo: Mapping[str, Any], train_processes: int) -> str | None:
-    """Why the job's collectives would time out while rank 0 starts the server, or None.
-
-    Only rank 0 starts the server (TRL talks to it from the main process); the other ranks wait for
-    it in a collective, which fails after ``ddp_timeout`` (the process group's timeout,
-    :func:`olmpipe.train.run.init_distributed`).
-    """
-    if train_processes <= 1 or not wants_server(grpo):
-        return None
-    startup = float(train_cfg["vllm_server"]["startup_timeout_s"])
-    need = startup + DDP_TIMEOUT_MARGIN_S
-    if grpo["ddp_timeout"] >= need:
-        return None
-    return (f"train.grpo.ddp_timeout ({grpo['ddp_timeout']} s) must be at least train.vllm_server.startup_timeout_s "
-            f"({startup:g} s) + {DDP_TIMEOUT_MARGIN_S} s: the other {train_processes - 1} rank(s) wait in a collective "
-            f"while rank 0 starts the vLLM server; raise train.grpo.ddp_timeout to {math.ceil(need)} or more, or lower "
-            "startup_timeout_s")
 
 
 def default_program() -> list[str]:

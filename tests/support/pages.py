@@ -1,5 +1,5 @@
 """A real page rendered as olmpipe.rasterize renders it, and the image tokens a real Qwen VL processor
-gives it: what the image-token arithmetic of olmpipe.architectures and olmpipe.plan is checked against."""
+gives it: what the image-token arithmetic of olmpipe.models.architectures and olmpipe.plan.memory is checked against."""
 
 from __future__ import annotations
 
@@ -29,9 +29,9 @@ def processor_image_tokens(arch_key: str, budget: Any, image: Any) -> int:
     Qwen2VLImageProcessorPil set to ``budget``: patch, merge, pixel limits) puts in a one-image prompt."""
     from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
-    from olmpipe.architectures import ARCHITECTURES
-    from olmpipe.modelload import CHAT_TEMPLATE, image_only_processor_class
-    from olmpipe.tinymodel import TinySpec, build_tokenizer
+    from olmpipe.models.architectures import ARCHITECTURES
+    from olmpipe.models.load import CHAT_TEMPLATE, image_only_processor_class
+    from olmpipe.models.tiny import TinySpec, build_tokenizer
 
     arch = ARCHITECTURES[arch_key]
     image_processor = Qwen2VLImageProcessorPil(patch_size=budget.patch_size, merge_size=budget.merge_size,

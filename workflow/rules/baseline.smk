@@ -1,8 +1,8 @@
 # Stage 3: generate the eval pages with the base model and score them with the bench tests
 # (results/baseline/<model name>/). The evaluate stage runs the same rule on the trained model
-# (evaluate_generate, `use rule baseline_generate` in evaluate.smk). See olmpipe/eval_run.py.
+# (evaluate_generate, `use rule baseline_generate` in evaluate.smk). See olmpipe/evaluate/engine.py.
 #
-# The generation rules run `python -m olmpipe.baseline` / `olmpipe.evaluate` through `shell:`, not a
+# The generation rules run `python -m olmpipe.evaluate.baseline` / `olmpipe.evaluate.stage` through `shell:`, not a
 # `script:`: vLLM starts its engine core with the `spawn` method, whose child re-imports the main
 # module; a Snakemake-generated script would run again there and die (`snakemake` undefined). A
 # module with a main guard is safe on every backend (docs/vllm.md).
@@ -16,7 +16,7 @@ from olmpipe.layout import baseline_run_dir
 # Interpreter of the generation jobs: Snakemake's own, where olmpipe is installed (as for training).
 GENERATE_PYTHON = sys.executable
 
-# The config sections a generation job reads, as one JSON argument (olmpipe.baseline --settings).
+# The config sections a generation job reads, as one JSON argument (olmpipe.evaluate.baseline --settings).
 GENERATE_SETTINGS = json.dumps(
     {k: config[k] for k in ("model", "generation", "eval_run")}
 )
@@ -49,7 +49,7 @@ rule baseline_generate:
         runtime=config["resources"]["generate"]["runtime"],
     params:
         # The stage's entry point (module and arguments).
-        entry="olmpipe.baseline",
+        entry="olmpipe.evaluate.baseline",
         # Both generation rules get exactly these sections and code: changing any of them reruns
         # both stages, so the two runs never differ in settings.
         model=config["model"],

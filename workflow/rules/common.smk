@@ -1,11 +1,11 @@
 # Helpers shared by all rules. The logic lives in the package (tested like the rest of it):
-# olmpipe.benchdirs (the bench folders and their files), olmpipe.layout (every result path: the
+# olmpipe.bench.folders (the bench folders and their files), olmpipe.layout (every result path: the
 # rules' outputs come from it) and
 # olmpipe.codeversion (which package code reruns which rule:
 # `params: code=rule_code_version("<rule>")`); this file only binds them to the validated config.
 from snakemake.exceptions import WorkflowError
 
-from olmpipe.benchdirs import (
+from olmpipe.bench.folders import (
     BenchLayoutError,
     bench_test_files,
     benches,
@@ -13,7 +13,7 @@ from olmpipe.benchdirs import (
     pdf_path_for,
 )
 from olmpipe.codeversion import rule_code_version
-from olmpipe.hubmodel import offline_prefix
+from olmpipe.models.hub import offline_prefix
 from olmpipe.layout import (
     COMPARISON_CSV,
     COMPARISON_JSON,
@@ -37,7 +37,7 @@ from olmpipe.layout import (
     validate_outputs,
 )
 from olmpipe.plan import checked_launch_prefix
-from olmpipe.train.resume import ResumeMismatchError, check_workflow_resume
+from olmpipe.job.resume import ResumeMismatchError, check_workflow_resume
 
 # With synth.enabled, bench.dir becomes the synthetic bench (training) and the real bench the eval
 # bench (olmpipe.layout.bench_section, which the olmpipe commands apply too); every rule below
@@ -72,7 +72,7 @@ except ModelPathError as exc:
     raise WorkflowError(str(exc)) from None
 # The base model folder as an input of baseline_generate and train_seed.
 MODEL_INPUT = model_input(config)
-# Prefix of the commands of the jobs that load the model: no hub look-up there (olmpipe.hubmodel).
+# Prefix of the commands of the jobs that load the model: no hub look-up there (olmpipe.models.hub).
 OFFLINE = offline_prefix()
 
 
@@ -109,7 +109,7 @@ def rasterize_input(wildcards):
 def train_launch(wildcards, resources):
     """The launch prefix of a train_seed job (olmpipe.plan.checked_launch_prefix: the memory plan,
     batch arithmetic and stop grace are checked first), once its run folder is known to resume
-    (olmpipe.train.resume.check_workflow_resume): with train.resume: auto, a run folder whose last
+    (olmpipe.job.resume.check_workflow_resume): with train.resume: auto, a run folder whose last
     checkpoint or kept final model was trained with other settings stops Snakemake here, while the
     DAG is built, before it deletes the seed's model/ to rerun the job. The job compares again, the
     training set included."""

@@ -1,6 +1,6 @@
 # Stage 5: generate and score the eval pages with the trained (souped) model through the baseline's
 # own code and settings, then compare it with the baseline: olmOCR-Bench aggregation, bootstrap
-# intervals, a paired sign-flip test and reward-hacking guards. See olmpipe/evaluate.py.
+# intervals, a paired sign-flip test and reward-hacking guards. See olmpipe/evaluate/stage.py.
 
 from olmpipe.layout import evaluate_run_dir
 
@@ -20,7 +20,7 @@ use rule baseline_generate as evaluate_generate with:
     log:
         "logs/evaluate_generate/evaluate_generate.log",
     params:
-        entry="olmpipe.evaluate --generate-only",
+        entry="olmpipe.evaluate.stage --generate-only",
 
 
 rule evaluate_compare:

@@ -20,7 +20,7 @@ rule build_model:
 
 # A hub id (model.path: org/name): fetched once, on the machine that runs Snakemake (a local rule:
 # compute nodes may have no internet), into results/model/hub/<org>--<name>/<revision>/; every job
-# reads that folder with the hub switched off (olmpipe/hubmodel.py). No code version: a change of
+# reads that folder with the hub switched off (olmpipe/models/hub.py). No code version: a change of
 # the downloader does not fetch the same revision again or retrain anything.
 if HUB_MODEL:
 

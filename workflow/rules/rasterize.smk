@@ -24,7 +24,7 @@ rule rasterize:
         longest_side=config["rasterize"]["longest_side"],
         on_error=config["rasterize"]["on_error"],
         # [bench folder, page root] of each bench; the job lists their PDFs itself (the same
-        # olmpipe.benchdirs.pdf_files as rasterize_input), so a changed PDF list is an input change
+        # olmpipe.bench.folders.pdf_files as rasterize_input), so a changed PDF list is an input change
         # and `snakemake -n` does not print thousands of paths as a params change.
         benches=[[bench.dir, str(bench.pages_root)] for bench in BENCHES],
         # Editing olmpipe/rasterize.py re-renders every page (see config/README.md, "Reruns").

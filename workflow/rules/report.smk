@@ -1,6 +1,6 @@
 # The report of a training run: plots (PNG) and one self-contained HTML page
 # (results/report/index.html). The plots, the comparison table and the page are also tagged for
-# `snakemake --report`. See olmpipe/plots.py and olmpipe/report.py.
+# `snakemake --report`. See olmpipe/report/plots.py and olmpipe/report/page.py.
 # The training metrics of every seed (train_seed's copy in its final model folder, written when the
 # seed has finished; see train.smk): they feed the reward plot.
 TRAIN_SEED_METRICS = expand(

@@ -1,12 +1,12 @@
 # Stage 4: GRPO training, one job per seed (wildcard `seed`), then the soup of the seeds' final
-# weights. See olmpipe/train/ and olmpipe/soup.py; targets: `train_seeds`, `soup`, `train` (Snakefile).
+# weights. See olmpipe/train/ and olmpipe/train/soup.py; targets: `train_seeds`, `soup`, `train` (Snakefile).
 #
 # Only the final model folder (with the copy of the run's metrics in it) is a Snakemake output:
 # checkpoints, metrics.jsonl/csv, completions/ and wandb/ live beside it in results/train/seed{seed}/ and survive a failed or preempted job
 # (Snakemake deletes the outputs of failed jobs), so running the job again resumes (`train.resume:
 # auto`). A job stopped by SIGTERM checkpoints and exits with code 75.
 from olmpipe.launch.slurm import slurm_node_resources
-from olmpipe.train.jobconfig import seed_config_json
+from olmpipe.job.jobconfig import seed_config_json
 
 
 wildcard_constraints:
@@ -48,7 +48,7 @@ rule train_seed:
         config=lambda wildcards: seed_config_json(config, int(wildcards.seed)),
         # `python -m olmpipe.train`, accelerate/torchrun with one process per training GPU and the
         # accelerate config of resources.train.strategy, or srun with one launcher per node. The
-        # memory plan is checked first (olmpipe/plan.py): a job that cannot fit in
+        # memory plan is checked first (olmpipe/plan/memory.py): a job that cannot fit in
         # resources.train.gpu_memory_gb, or whose checkpoint cannot be written within the stop grace
         # or the profile's --signal lead (slurm_extra), stops Snakemake before anything is submitted;
         # so does a seed whose run folder was trained with other settings (train.resume: auto),

@@ -1,6 +1,6 @@
 # Stage 2: validate the bench tests against the rendered PDFs; write the validated tests, the
 # report and the page index (results/validate/pages.jsonl) that training and scoring read.
-# See olmpipe/validate.py.
+# See olmpipe/validate/stage.py.
 
 
 rule validate:

@@ -6,7 +6,7 @@ import os
 os.environ.setdefault("OMP_NUM_THREADS", str(snakemake.threads))  # noqa: F821
 logging.basicConfig(filename=snakemake.log[0], level=logging.INFO, force=True)  # noqa: F821
 
-from olmpipe.tinymodel import build_tiny_model
+from olmpipe.models.tiny import build_tiny_model
 
 tiny = snakemake.params.tiny  # noqa: F821
 build_tiny_model(

@@ -4,6 +4,6 @@ import logging
 
 logging.basicConfig(filename=snakemake.log[0], level=logging.INFO, force=True)  # noqa: F821
 
-from olmpipe.hubmodel import download
+from olmpipe.models.hub import download
 
 download(snakemake.params.repo, snakemake.params.revision, snakemake.output.model)  # noqa: F821

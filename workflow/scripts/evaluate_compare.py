@@ -5,8 +5,8 @@ from pathlib import Path
 
 logging.basicConfig(filename=snakemake.log[0], level=logging.INFO, force=True)  # noqa: F821
 
-from olmpipe.compare import ComparisonError, format_table
-from olmpipe.evaluate import compare_folders
+from olmpipe.evaluate.compare import ComparisonError, format_table
+from olmpipe.evaluate.stage import compare_folders
 
 try:
     comparison = compare_folders(

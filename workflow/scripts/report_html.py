@@ -6,9 +6,9 @@ from pathlib import Path
 
 logging.basicConfig(filename=snakemake.log[0], level=logging.INFO, force=True)  # noqa: F821
 
-from olmpipe.compare import format_table, read_comparison
+from olmpipe.evaluate.compare import format_table, read_comparison
 from olmpipe.records.difficulty import read_summary
-from olmpipe.report import ReportSettings, write_report
+from olmpipe.report.page import ReportSettings, write_report
 
 comparison = read_comparison(snakemake.input.comparison)  # noqa: F821
 write_report(

@@ -5,8 +5,8 @@ from pathlib import Path
 
 logging.basicConfig(filename=snakemake.log[0], level=logging.INFO, force=True)  # noqa: F821
 
-from olmpipe.compare import read_comparison
-from olmpipe.plots import write_plots
+from olmpipe.evaluate.compare import read_comparison
+from olmpipe.report.plots import write_plots
 
 written = write_plots(
     read_comparison(snakemake.input.comparison),  # noqa: F821

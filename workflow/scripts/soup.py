@@ -1,10 +1,10 @@
-"""Snakemake script of rule soup: average the seeds' final weights (olmpipe.soup)."""
+"""Snakemake script of rule soup: average the seeds' final weights (olmpipe.train.soup)."""
 
 import logging
 
 logging.basicConfig(filename=snakemake.log[0], level=logging.INFO, force=True)  # noqa: F821
 
-from olmpipe.soup import soup
+from olmpipe.train.soup import soup
 
 soup(
     snakemake.input.models,  # noqa: F821

@@ -6,7 +6,7 @@ from pathlib import Path
 
 logging.basicConfig(filename=snakemake.log[0], level=logging.INFO, force=True)  # noqa: F821
 
-from olmpipe.validate import OutputError, ValidationFailed, run_validate
+from olmpipe.validate.stage import OutputError, ValidationFailed, run_validate
 
 try:
     run_validate(
@@ -23,5 +23,5 @@ except ValidationFailed as exc:
     shutil.copyfile(snakemake.output.report, kept)  # noqa: F821
     raise SystemExit(f"validate: {exc}\nfull report: {kept} (and {snakemake.log[0]})") from None  # noqa: F821
 except OutputError as exc:
-    logging.getLogger("olmpipe.validate").error("%s", exc)
+    logging.getLogger("olmpipe.validate.stage").error("%s", exc)
     raise SystemExit(f"validate: {exc}") from None

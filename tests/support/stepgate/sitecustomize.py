@@ -3,7 +3,7 @@
 Python imports ``sitecustomize`` at start-up from ``sys.path``; a test that puts this folder on the
 child's ``PYTHONPATH`` and sets ``OLMPIPE_TEST_GATE`` to a folder gets a trainer that, at the end of
 step ``OLMPIPE_TEST_GATE_STEP`` (default 1), writes ``<folder>/<run>.rank<R>.reached`` and waits until
-``<folder>/<run>.release`` exists, before :class:`olmpipe.train.callbacks.StopOnSignal` looks for a
+``<folder>/<run>.release`` exists, before :class:`olmpipe.job.callbacks.StopOnSignal` looks for a
 signal. ``<run>`` is the run folder's name (``seed1``). A SIGTERM that the run's handler takes
 writes ``<folder>/<run>.rank<R>.signalled``. So a test can send its signal while the trainer is
 known to be mid-run, see that the trainer took it, then let it go on: no race against training
@@ -18,7 +18,7 @@ import sys
 import time
 from pathlib import Path
 
-TARGET = "olmpipe.train.callbacks"
+TARGET = "olmpipe.job.callbacks"
 #: How long a gated trainer waits for its release before failing (a test that never releases).
 WAIT_S = 900.0
 
