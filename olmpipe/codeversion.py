@@ -48,6 +48,8 @@ RULE_CODE: Mapping[str, tuple[str, ...]] = MappingProxyType({
     # rerun the chain.
     "validate": (
         "olmpipe.validate.stage",
+        "olmpipe.validate.outputs",
+        "olmpipe.validate.result",
         "olmpipe.validate.split",
         "olmpipe.bench.folders",
         "olmpipe.bench.model",

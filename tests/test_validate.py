@@ -253,7 +253,7 @@ def test_a_failed_write_leaves_the_previous_outputs_untouched(bench, tmp_path, m
         raise PermissionError(errno.EACCES, "Permission denied")
 
     with monkeypatch.context() as m:  # the output folder cannot take the temporary folder
-        m.setattr("olmpipe.validate.stage.tempfile.mkdtemp", read_only)
+        m.setattr("olmpipe.validate.outputs.tempfile.mkdtemp", read_only)
         with pytest.raises(OutputError, match=f"cannot write the validate outputs in {out}: Permission denied"):
             _run(bench, tmp_path)
     assert _snapshot(out) == before

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from olmpipe.bench.checks import check_baseline, check_footnote, check_format, check_order, check_presence
 from olmpipe.bench.pagetext import PageText
-from olmpipe.bench.tables import check_table
+from olmpipe.bench.tablecheck import check_table
 
 log = logging.getLogger(__name__)
 

@@ -114,8 +114,8 @@ def lora_config(peft_cfg: Mapping[str, Any], model_type: str):
     """The ``peft.LoraConfig`` of ``train.peft`` for a model of ``model_type``.
 
     Qwen3-VL-MoE: the experts are fused parameters, not ``nn.Linear``, so MLP names in
-    ``target_modules`` match no expert; the adapter goes on attention (as olmocr v0.5.0's MoE config
-    does), which is logged.
+    ``target_modules`` match no expert; the adapter goes on attention (as the MoE SFT config of
+    olmocr main's ``train/configs/v0.5.0/`` does), which is logged.
     """
     from peft import LoraConfig
 

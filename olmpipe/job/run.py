@@ -77,7 +77,7 @@ def run_job(steps: TrainerSteps, request: JobRequest, *, signal_flag: SignalFlag
     flag = signal_flag if signal_flag is not None else SignalFlag().install()
     try:
         flag.begin_loading()
-        setup = check(steps, request)
+        setup = check(request, steps.kind, steps.check)
         with hold_run(setup.run_dir, setup.section["exit_with_job"]):
             return _from_training_set(steps, setup, flag)
     except StoppedBeforeTraining as exc:

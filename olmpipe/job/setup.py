@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -20,7 +20,6 @@ from olmpipe.job.kinds import JobKind
 
 if TYPE_CHECKING:
     from olmpipe.job.precision import Precision
-    from olmpipe.job.steps import TrainerSteps
 
 logger = logging.getLogger(__name__)
 
@@ -85,16 +84,16 @@ class JobSetup:
         return self.knobs["max_steps"]
 
 
-def check(steps: TrainerSteps, request: JobRequest) -> JobSetup:
-    """The checked :class:`JobSetup` of ``request``; raises :class:`olmpipe.job.errors.JobSetupError`
-    (or ``ValueError``) naming what this job cannot train."""
+def check(request: JobRequest, kind: JobKind, trainer_check: Callable[[JobSetup], None]) -> JobSetup:
+    """The checked :class:`JobSetup` of ``request`` for a trainer of ``kind``; ``trainer_check``: its
+    own checks (:meth:`olmpipe.job.steps.TrainerSteps.check`). Raises
+    :class:`olmpipe.job.errors.JobSetupError` (or ``ValueError``) naming what this job cannot train."""
     import torch
 
     from olmpipe.job.peft import check_setup
     from olmpipe.job.precision import resolve_device, resolve_precision
     from olmpipe.job.preflight import check_job
 
-    kind = steps.kind
     section = kind.section_of(request.cfg)
     device = resolve_device(section["device"])
     # what this device or the model cannot train, before anything is built or loaded (also checked
@@ -109,7 +108,7 @@ def check(steps: TrainerSteps, request: JobRequest) -> JobSetup:
     if device == "cpu":
         torch.set_num_threads(request.cfg["resources"][kind.section]["cpus_per_task"])
     setup = JobSetup(request, kind, device, precision, kind.knobs(section, request.seed))
-    steps.check(setup)
+    trainer_check(setup)
     init_distributed(setup.knobs["ddp_timeout"])
     check_setup(section["peft"], device, setup.knobs)
     return setup

@@ -1,6 +1,7 @@
 """Hub models that ``olmpipe plan`` and the config check know without a local folder: the
 ``config.json`` fields of their published configs (olmOCR's models are fine-tuned Qwen2.5-VL-7B,
-same shapes; olmocr v0.5.0's configs fine-tune Qwen3-VL-8B-Instruct and Qwen3-VL-30B-A3B-Instruct).
+same shapes; the SFT configs of olmocr main's ``train/configs/v0.5.0/`` fine-tune
+Qwen3-VL-8B-Instruct and Qwen3-VL-30B-A3B-Instruct).
 
 Plain data, so that the config check (:mod:`olmpipe.config`) reads it without importing the memory
 plan above it.
@@ -63,7 +64,7 @@ _QWEN3_VL_30B_A3B = MappingProxyType({
 })
 
 #: ``config.json`` fields of hub models the plan knows without a local folder (their published
-#: configs; olmOCR's models are fine-tuned Qwen2.5-VL-7B, same shapes; olmocr v0.5.0's configs
+#: configs; olmOCR's models are fine-tuned Qwen2.5-VL-7B, same shapes; olmocr main's v0.5.0 SFT configs
 #: fine-tune Qwen3-VL-8B-Instruct and Qwen3-VL-30B-A3B-Instruct).
 KNOWN_MODELS: Mapping[str, Mapping[str, Any]] = MappingProxyType({
     "Qwen/Qwen2.5-VL-3B-Instruct": _QWEN25_VL_3B,

@@ -33,14 +33,10 @@ Run without Snakemake (after ``python -m olmpipe.rasterize``)::
 from __future__ import annotations
 
 import argparse
-import json
 import logging
-import os
-import shutil
 import sys
-import tempfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, Literal
 
@@ -54,7 +50,9 @@ from olmpipe.layout import (
     validate_outputs,
 )
 from olmpipe.records.manifest import PdfManifest, read_merged_manifest
-from olmpipe.records.pages import PageEntry, write_page_index
+from olmpipe.records.pages import PageEntry
+from olmpipe.validate.outputs import OutputError, write_outputs
+from olmpipe.validate.result import Problem, ValidationFailed, ValidationResult, problem_key
 from olmpipe.validate.split import split_pdfs
 
 logger = logging.getLogger(__name__)
@@ -86,52 +84,6 @@ def long_text_warnings(file_path: str, test: Any) -> list[Problem]:
                 f"(warning above {LONG_TEXT_CHARS:,}): every completion's check costs time in proportion to it "
                 "(a 10,000-character present test takes seconds per completion, bounded by rewards.bench.timeout_s)")))
     return found
-
-
-class ValidationFailed(RuntimeError):
-    """Raised with ``on_invalid: error`` when any problem was found; the report is written first."""
-
-
-@dataclass(frozen=True, order=True)
-class Problem:
-    """One problem of the report: where (file, 1-based line, test id) and why."""
-
-    file: str
-    line: int | None
-    test_id: str | None
-    reason: str
-
-    def __str__(self) -> str:
-        where = self.file if self.line is None else f"{self.file}:{self.line}"
-        who = f" test {self.test_id!r}:" if self.test_id else ""
-        return f"{where}:{who} {self.reason}"
-
-
-@dataclass
-class ValidationResult:
-    """Everything the stage writes: problems, the kept lines per output file, the page index, counts."""
-
-    problems: list[Problem]
-    kept: dict[str, list[str]]
-    pages: list[PageEntry]
-    counts: dict[str, int] = field(default_factory=dict)
-    # the problems that fail the stage whatever validate.on_invalid says (also in ``problems``)
-    fatal: list[Problem] = field(default_factory=list)
-    # kept tests that deserve a look (texts far longer than olmOCR-Bench's: :func:`long_text_warnings`)
-    warnings: list[Problem] = field(default_factory=list)
-
-    def report(self, settings: Mapping[str, Any]) -> dict[str, Any]:
-        return {
-            "ok": not self.problems,
-            "settings": dict(settings),
-            "counts": self.counts,
-            "problems": [asdict(p) for p in sorted(self.problems, key=_problem_key)],
-            "warnings": [asdict(p) for p in sorted(self.warnings, key=_problem_key)],
-        }
-
-
-def _problem_key(p: Problem) -> tuple:
-    return (p.file, p.line if p.line is not None else -1, p.test_id or "", p.reason)
 
 
 def check_pdf_field(pdf: str) -> str | None:
@@ -296,10 +248,10 @@ def validate_benches(
         "pages_train": sum(p.split == "train" for p in pages),
         "pages_eval": sum(p.split == "eval" for p in pages),
     }
-    problems = sorted(problems, key=_problem_key)
-    fatal = sorted(seen.fatal, key=_problem_key)
+    problems = sorted(problems, key=problem_key)
+    fatal = sorted(seen.fatal, key=problem_key)
     counts["fatal_problems"] = len(fatal)
-    warnings = sorted((w for item in good for w in long_text_warnings(item.file_path, item.test)), key=_problem_key)
+    warnings = sorted((w for item in good for w in long_text_warnings(item.file_path, item.test)), key=problem_key)
     counts["warnings"] = len(warnings)
     return ValidationResult(problems=problems, kept=kept, pages=pages, counts=counts, fatal=fatal, warnings=warnings)
 
@@ -353,82 +305,6 @@ def _page_index(bench_list, by_bench, good, problems, *, require_page_coverage, 
                     jsonl_files={t.id: name for name, t in on_page}, types={t.id: t.type for _, t in on_page},
                 ))
     return pages
-
-
-class OutputError(OSError):
-    """The outputs could not be written; the previous outputs (if any) are left as they were."""
-
-
-def write_outputs(result: ValidationResult, *, tests_dir: str | Path, report_path: str | Path,
-                  pages_path: str | Path, settings: Mapping[str, Any]) -> None:
-    """Write the validated test files, ``report.json`` and ``pages.jsonl``, all or nothing.
-
-    Everything is first written into a temporary folder beside the outputs (in their common parent
-    folder, so the moves are renames on one file system), then moved into place: ``tests/`` as a
-    whole (test files of a previous run that no longer exist in the bench go with it), then the
-    report and the page index. When writing fails (read-only folder, full disk) the previous
-    outputs are left as they were; raises :class:`OutputError` naming the folder and the reason.
-    """
-    tests_dir, report_path, pages_path = Path(tests_dir), Path(report_path), Path(pages_path)
-    parent = Path(os.path.commonpath([p.absolute().parent for p in (tests_dir, report_path, pages_path)]))
-    try:
-        parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=".validate-", dir=parent))
-    except OSError as exc:
-        raise OutputError(f"cannot write the validate outputs in {parent}: {exc.strerror or exc}") from exc
-    try:
-        new_tests = staging / tests_dir.name
-        new_tests.mkdir()
-        for out_name, lines in result.kept.items():
-            target = new_tests / out_name
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
-        new_report, new_pages = staging / report_path.name, staging / pages_path.name
-        new_report.write_text(json.dumps(result.report(settings), indent=1) + "\n", encoding="utf-8")
-        write_page_index(new_pages, result.pages)
-        for target in (tests_dir, report_path, pages_path):
-            target.parent.mkdir(parents=True, exist_ok=True)
-        _move_into_place(staging, [(new_tests, tests_dir), (new_report, report_path), (new_pages, pages_path)])
-    except OSError as exc:
-        if not isinstance(exc, _Stranded):  # else the previous outputs wait in the staging folder
-            shutil.rmtree(staging, ignore_errors=True)
-        raise OutputError(f"cannot write the validate outputs in {parent}: {exc.strerror or exc}") from exc
-    shutil.rmtree(staging, ignore_errors=True)
-
-
-class _Stranded(OSError):
-    """A failed move whose rollback could not put every previous output back."""
-
-
-def _move_into_place(staging: Path, moves: Sequence[tuple[Path, Path]]) -> None:
-    """Rename each new output onto its target, the previous one first set aside in ``staging``;
-    if any rename fails, put every previous output back (all or nothing) and re-raise. Should a
-    previous output fail to go back, it stays in ``staging`` and the error says so."""
-    done: list[tuple[Path, Path | None]] = []
-    try:
-        for number, (new, target) in enumerate(moves):
-            backup = None
-            if target.exists() or target.is_symlink():
-                backup = staging / f"previous-{number}"
-                target.rename(backup)
-            done.append((target, backup))
-            new.rename(target)
-    except OSError as exc:
-        stranded = []
-        for target, backup in reversed(done):
-            try:
-                if target.is_dir() and not target.is_symlink():
-                    shutil.rmtree(target)
-                elif target.exists() or target.is_symlink():
-                    target.unlink()
-                if backup is not None:
-                    backup.rename(target)
-            except OSError:
-                stranded.append(f"{target} (kept as {backup})")
-        if stranded:
-            raise _Stranded(exc.errno, f"{exc.strerror or exc}; could not put back the previous "
-                                       f"{', '.join(stranded)}") from exc
-        raise
 
 
 def summary(result: ValidationResult, *, limit: int | None = None) -> str:
