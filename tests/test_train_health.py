@@ -101,15 +101,15 @@ def _nan_in_training_forward(monkeypatch):
     without gradients and stays finite): what an overflow in the loss's forward looks like."""
     import olmpipe.models.load
 
-    load = olmpipe.models.load.load_model_and_processor
+    load = olmpipe.models.load.load_model
 
     def load_with_hook(*args, **kwargs):
-        model, processor = load(*args, **kwargs)
+        model = load(*args, **kwargs)
         model.get_input_embeddings().register_forward_hook(
             lambda module, inputs, out: out * math.nan if torch.is_grad_enabled() else out)
-        return model, processor
+        return model
 
-    monkeypatch.setattr(olmpipe.models.load, "load_model_and_processor", load_with_hook)
+    monkeypatch.setattr(olmpipe.models.load, "load_model", load_with_hook)
 
 
 @pytest.mark.slow

@@ -50,19 +50,6 @@ def stage_fingerprint(cfg: Mapping[str, Any], model_path: str | Path) -> str:
     )
 
 
-def model_eos_ids(model_path: str | Path) -> list[int]:
-    """The end tokens of the model's generation config (what the trainer adds to the EOS reward:
-    ``model.generation_config.eos_token_id``, olmpipe/train/run.py), without loading the weights."""
-    from transformers import AutoConfig, GenerationConfig
-
-    try:
-        config = GenerationConfig.from_pretrained(str(model_path))
-    except (OSError, ValueError):  # no generation_config.json: the one from_pretrained derives
-        config = GenerationConfig.from_model_config(AutoConfig.from_pretrained(str(model_path)))
-    eos = config.eos_token_id
-    return [eos] if isinstance(eos, int) else [int(e) for e in (eos or [])]
-
-
 def _scorer(cfg: Mapping[str, Any], model_path: str | Path, reward_funcs: Sequence[Callable[..., Any]] | None,
             reward_weights: Sequence[float] | None, tokenizer: Any) -> tuple[SampleScorer, Any]:
     """The scorer and the reward set to close afterwards (None when ``reward_funcs`` were given)."""
@@ -72,6 +59,8 @@ def _scorer(cfg: Mapping[str, Any], model_path: str | Path, reward_funcs: Sequen
         from olmpipe.models.load import load_processor
 
         tokenizer = load_processor(model_path)
+    from olmpipe.models.load import model_eos_ids
+
     extra_eos = model_eos_ids(model_path) if reward_funcs is None else []
     owned = None
     if reward_funcs is None:

@@ -9,8 +9,10 @@
 3. **training set** -- the trainer's examples from the page index (:meth:`TrainerSteps.training_set`);
 4. **resume decision** -- the checkpoint to continue from, or the kept final model, or a fresh
    start; a changed setting stops here (:func:`olmpipe.job.resume.resume_job`);
-5. **load** -- the policy in the job's precision, LoRA's config (:func:`olmpipe.job.load.load_model`),
-   and what the trainer builds around it (:meth:`TrainerSteps.prepare`: GRPO's rewards);
+5. **load** -- the processor, what the trainer needs besides the model (:meth:`TrainerSteps.prepare`:
+   GRPO's rewards), its TRL config (:meth:`TrainerSteps.trainer_args`, first: under ZeRO-3 it makes
+   the load partitioned), then the policy in the job's precision and LoRA's config
+   (:func:`olmpipe.job.load.load_model`);
 6. **build the trainer** -- the trainer's own parts (:meth:`TrainerSteps.build_trainer`) and the
    callbacks every job has (:func:`job_callbacks`);
 7. **train** -- :func:`train` (a SIGTERM checkpoints after the step and ends with 75);
@@ -91,7 +93,7 @@ def run_job(steps: TrainerSteps, request: JobRequest, *, signal_flag: SignalFlag
 
 def _from_training_set(steps: TrainerSteps, setup: JobSetup, flag: SignalFlag) -> int:
     """Steps 3 to 8, in the locked run folder."""
-    from olmpipe.job.load import load_model
+    from olmpipe.job.load import load_model, load_processor
 
     data = steps.training_set(setup, setup.request.pages, setup.request.tests_dir)
     start = resume_job(setup, data.identity)
@@ -99,14 +101,18 @@ def _from_training_set(steps: TrainerSteps, setup: JobSetup, flag: SignalFlag) -
         finish_from_kept(setup)
         return 0
     _begin_run_folder(setup, start, data)
-    loaded = load_model(setup)
-    prepared = steps.prepare(setup, loaded, data)
+    processor = load_processor(setup)
+    prepared = steps.prepare(setup, processor, data)
     try:
         if start.checkpoint is not None and 0 < setup.max_steps <= start.step:
+            loaded = load_model(setup, processor)
             finish_from_checkpoint(setup, loaded, prepared.record, start.checkpoint, start.step, start.settings)
             return 0
         with contextlib.ExitStack() as stack:
-            built = _build(steps, setup, loaded, data, prepared, start, flag, stack)
+            wandb_on = setup.section["wandb"]["mode"] != "disabled"
+            args = steps.trainer_args(setup, prepared, data, ["wandb"] if wandb_on else [], stack)
+            loaded = load_model(setup, processor)
+            built = _build(steps, setup, loaded, data, prepared, args, start, flag, stack)
             outcome = train(built, start)
             if outcome.preempted:
                 return EXIT_PREEMPTED
@@ -127,13 +133,13 @@ def _begin_run_folder(setup: JobSetup, start: JobResume, data: TrainingSet) -> N
 
 
 def _build(steps: TrainerSteps, setup: JobSetup, loaded: LoadedModel, data: TrainingSet, prepared: Prepared,
-           start: JobResume, flag: SignalFlag, stack: contextlib.ExitStack) -> BuiltTrainer:
+           args: Any, start: JobResume, flag: SignalFlag, stack: contextlib.ExitStack) -> BuiltTrainer:
     """Step 6: the trainer with its own callbacks, every job's (:func:`job_callbacks`), and its wandb run."""
     from olmpipe.job.wandb import init_wandb, wandb_run_id
 
     wandb_on = setup.section["wandb"]["mode"] != "disabled"
     run_id = wandb_run_id(setup.run_dir, start.checkpoint) if wandb_on and rank() == 0 else None
-    built = steps.build_trainer(setup, loaded, data, prepared, run_id, stack)
+    built = steps.build_trainer(setup, loaded, data, prepared, args)
     built.wandb_run_id = run_id
     if run_id is not None:
         built.wandb_run = init_wandb(setup.cfg, setup.kind.section, setup.run_dir, run_id, setup.seed,

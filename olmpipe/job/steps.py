@@ -2,10 +2,10 @@
 
 The job (:func:`olmpipe.job.run.run_job`) is the same for every trainer: check, lock, training set,
 resume decision, load, build the trainer, train, publish. A trainer is a :class:`TrainerSteps`:
-its :class:`~olmpipe.job.kinds.JobKind` (its config section and knobs) and the four things only it
-knows -- its own checks, its training set, what it builds around the model before training (GRPO:
-the rewards), and the trainer itself with its callbacks. GRPO's are
-:class:`olmpipe.train.run.GRPOSteps`.
+its :class:`~olmpipe.job.kinds.JobKind` (its config section and knobs) and the five things only it
+knows -- its own checks, its training set, what it needs besides the model (GRPO: the rewards), its
+TRL config (made before the model is loaded: under ZeRO-3 it partitions the load), and the trainer
+itself with its callbacks. GRPO's are :class:`olmpipe.train.run.GRPOSteps`.
 """
 
 from __future__ import annotations
@@ -91,11 +91,18 @@ class TrainerSteps(ABC):
         """The examples of the train split (and of the eval split, when evaluating during training)."""
 
     @abstractmethod
-    def prepare(self, setup: JobSetup, loaded: LoadedModel, data: TrainingSet) -> Prepared:
-        """What the trainer needs around the loaded model, and the record of what trains it."""
+    def prepare(self, setup: JobSetup, processor: Any, data: TrainingSet) -> Prepared:
+        """What the trainer needs besides the model (GRPO: the rewards, with the processor's tokenizer),
+        and the record of what trains the weights."""
+
+    @abstractmethod
+    def trainer_args(self, setup: JobSetup, prepared: Prepared, data: TrainingSet, report_to: list[str],
+                     stack: contextlib.ExitStack) -> Any:
+        """The trainer's TRL config (``GRPOConfig``), made before the model is loaded; ``stack`` closes
+        what it starts (GRPO: the vLLM server of server mode) when the job ends."""
 
     @abstractmethod
     def build_trainer(self, setup: JobSetup, loaded: LoadedModel, data: TrainingSet, prepared: Prepared,
-                      run_id: str | None, stack: contextlib.ExitStack) -> BuiltTrainer:
+                      args: Any) -> BuiltTrainer:
         """The trainer and its own callbacks (the job adds the metrics files, run state, stop signal and
-        health callbacks); ``stack`` closes what it starts (GRPO: a vLLM server) when the job ends."""
+        health callbacks)."""

@@ -182,9 +182,8 @@ def load_processor(path: str | Path, arch: Architecture | None = None):
                                             chat_template=chat_template)
 
 
-def load_model_and_processor(path: str | Path, *, dtype: Any = None, device: Any = None,
-                             quantization_config: Any = None):
-    """Load a model folder (the embedded tiny one or a real checkpoint) and its processor.
+def load_model(path: str | Path, *, dtype: Any = None, device: Any = None, quantization_config: Any = None):
+    """Load a model folder (the embedded tiny one or a real checkpoint) in eval mode.
 
     The model class follows the folder's architecture (:func:`model_architecture`). ``dtype`` is a
     torch dtype or its name (``"bfloat16"``); default float32 on CPU, bfloat16 on GPU.
@@ -211,4 +210,24 @@ def load_model_and_processor(path: str | Path, *, dtype: Any = None, device: Any
     else:
         model = model_class.from_pretrained(str(path), dtype=dtype).to(device)
     model.eval()
-    return model, load_processor(path, arch)
+    return model
+
+
+def load_model_and_processor(path: str | Path, *, dtype: Any = None, device: Any = None,
+                             quantization_config: Any = None):
+    """:func:`load_model` and :func:`load_processor` of one folder."""
+    model = load_model(path, dtype=dtype, device=device, quantization_config=quantization_config)
+    return model, load_processor(path, model_architecture(path))
+
+
+def model_eos_ids(model_path: str | Path) -> list[int]:
+    """The end tokens of the model's generation config (``model.generation_config.eos_token_id`` of
+    the loaded model, which the trainer adds to the EOS reward), without loading the weights."""
+    from transformers import AutoConfig, GenerationConfig
+
+    try:
+        config = GenerationConfig.from_pretrained(str(model_path))
+    except (OSError, ValueError):  # no generation_config.json: the one from_pretrained derives
+        config = GenerationConfig.from_model_config(AutoConfig.from_pretrained(str(model_path)))
+    eos = config.eos_token_id
+    return [eos] if isinstance(eos, int) else [int(e) for e in (eos or [])]

@@ -77,16 +77,16 @@ class GRPOSteps(TrainerSteps):
             logger.info("evaluating during training on %d eval pages", eval_summary.pages)
         return TrainingSet(to_dataset(examples), eval_dataset, summary.to_dict(), training_set_id(examples))
 
-    def prepare(self, setup: JobSetup, loaded: Any, data: TrainingSet) -> Prepared:
+    def prepare(self, setup: JobSetup, processor: Any, data: TrainingSet) -> Prepared:
         """The reward functions (configured ones with the model's EOS ids, or the injected ones) and the
         record of what trains the weights: reward names and weights, the dataset summary, LoRA's settings."""
+        from olmpipe.models.load import model_eos_ids
         from olmpipe.rewards import build_rewards
 
         funcs, weights, close = self.reward_funcs, self.reward_weights, (lambda: None)
         if funcs is None:
-            eos = loaded.model.generation_config.eos_token_id
-            extra_eos = [eos] if isinstance(eos, int) else list(eos or [])
-            rewards = build_rewards(setup.cfg["rewards"], tokenizer=loaded.processor, extra_eos_ids=extra_eos)
+            rewards = build_rewards(setup.cfg["rewards"], tokenizer=processor,
+                                    extra_eos_ids=model_eos_ids(setup.model_path))
             funcs, weights, close = rewards.funcs, rewards.weights, rewards.close
         weights = list(weights) if weights is not None else [1.0] * len(funcs)
         names = [getattr(f, "__name__", type(f).__name__) for f in funcs]
@@ -94,22 +94,16 @@ class GRPOSteps(TrainerSteps):
         record = {"reward_names": names, "reward_weights": weights, "dataset": dict(data.summary), "peft": peft}
         return Prepared(record, {"funcs": funcs, "weights": weights, "names": names}, close)
 
-    def build_trainer(self, setup: JobSetup, loaded: Any, data: TrainingSet, prepared: Prepared,
-                      run_id: str | None, stack: contextlib.ExitStack) -> BuiltTrainer:
-        """``GRPOConfig`` from the seed's knobs, the vLLM server of server mode (rank 0), TRL's trainer
-        with each reward reporting what it could not score, the completions table and the reward-errors stop."""
+    def trainer_args(self, setup: JobSetup, prepared: Prepared, data: TrainingSet, report_to: list[str],
+                     stack: contextlib.ExitStack) -> Any:
+        """``GRPOConfig`` from the seed's knobs, after the vLLM server of server mode (rank 0) is up;
+        TRL's batch arithmetic checked against the training set's pages."""
         from olmpipe.config.checks import wants_server
         from olmpipe.job.data import check_generation_batch
-        from olmpipe.job.health import RewardErrors, StopOnRewardErrors
         from olmpipe.train.args import grpo_config
-        from olmpipe.train.completions import CompletionsTable
-        from olmpipe.train.trainer import ResumableGRPOTrainer
         from olmpipe.train.vllm_server import ManagedVLLMServer, server_devices
 
-        tcfg, knobs = setup.section, setup.knobs
-        funcs, weights, names = (prepared.parts[k] for k in ("funcs", "weights", "names"))
-        # every reward reports the completions it could not score (olmpipe.job.health)
-        reward_errors = RewardErrors()
+        knobs = setup.knobs
         overrides: Mapping[str, Any] = {}
         if wants_server(knobs) and rank() == 0:
             # vllm_mode: server -- this job starts `trl vllm-serve` on the GPUs the launcher left to
@@ -117,11 +111,25 @@ class GRPOSteps(TrainerSteps):
             server = stack.enter_context(ManagedVLLMServer(setup.cfg, setup.model_path, setup.run_dir,
                                                            gpus=server_devices(os.environ), knobs=knobs))
             overrides = server.grpo_overrides()
-        args = grpo_config(knobs, output_dir=str(setup.run_dir), seed=setup.seed, reward_weights=weights,
-                           device=setup.device, dtype=setup.precision.compute,
-                           reference_dtype=setup.precision.reference,
-                           report_to=["wandb"] if tcfg["wandb"]["mode"] != "disabled" else [], overrides=overrides)
+        args = grpo_config(knobs, output_dir=str(setup.run_dir), seed=setup.seed,
+                           reward_weights=prepared.parts["weights"], device=setup.device,
+                           dtype=setup.precision.compute, reference_dtype=setup.precision.reference,
+                           report_to=report_to, overrides=overrides)
         check_generation_batch(len(data.dataset), args.generation_batch_size, args.num_generations)
+        return args
+
+    def build_trainer(self, setup: JobSetup, loaded: Any, data: TrainingSet, prepared: Prepared,
+                      args: Any) -> BuiltTrainer:
+        """TRL's trainer with each reward reporting what it could not score, the completions table and
+        the reward-errors stop."""
+        from olmpipe.job.health import RewardErrors, StopOnRewardErrors
+        from olmpipe.train.completions import CompletionsTable
+        from olmpipe.train.trainer import ResumableGRPOTrainer
+
+        tcfg = setup.section
+        funcs, weights, names = (prepared.parts[k] for k in ("funcs", "weights", "names"))
+        # every reward reports the completions it could not score (olmpipe.job.health)
+        reward_errors = RewardErrors()
         trainer = ResumableGRPOTrainer(model=loaded.model, reward_funcs=reward_errors.wrap(funcs), args=args,
                                        train_dataset=data.dataset, eval_dataset=data.eval_dataset,
                                        processing_class=loaded.processor, peft_config=loaded.peft_config)
