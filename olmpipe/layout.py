@@ -40,6 +40,7 @@ from olmpipe.records.manifest import MERGED_MANIFEST_NAME
 from olmpipe.records.metrics import final_metrics_path
 from olmpipe.records.pages import PAGE_INDEX_NAME
 from olmpipe.records.scores import SCORES_CSV_NAME, SCORES_JSON_NAME, SUMMARY_NAME
+from olmpipe.records.sft import PAIRS_NAME, PAIRS_SUMMARY_NAME
 from olmpipe.records.verdicts import VERDICTS_NAME
 
 RESULTS = PurePosixPath("results")
@@ -88,6 +89,16 @@ HUB_MODEL_DIR = RESULTS / "model" / "hub"
 #: A hub repository id as ``model.path`` may give it: ``org/name`` (no leading ``.`` or ``/``).
 HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*")
 
+#: The SFT stage (rules sft_pairs, sft_seed, sft_soup): its pairs, one run folder per sft seed
+#: (the training job's layout, :data:`TRAIN_RUN`), and the soup GRPO starts from.
+SFT_DIR = RESULTS / "sft"
+SFT_PAIRS = SFT_DIR / PAIRS_NAME
+SFT_PAIRS_SUMMARY = SFT_DIR / PAIRS_SUMMARY_NAME
+#: An sft seed's run folder, as a rule pattern (wildcard ``seed``).
+SFT_RUN = str(SFT_DIR / "seed{seed}")
+#: The mean of the sft seeds' final weights (rule ``sft_soup``): the SFT model.
+SFT_MODEL_DIR = SFT_DIR / "soup" / "model"
+
 TRAIN_DIR = RESULTS / "train"
 #: A seed's run folder, as a rule pattern (wildcard ``seed``): checkpoints, metrics, the final model.
 TRAIN_RUN = str(TRAIN_DIR / "seed{seed}")
@@ -103,9 +114,13 @@ SOUP_MODEL_DIR = TRAIN_DIR / "soup" / FINAL_MODEL_NAME
 
 BASELINE_DIR = RESULTS / "baseline"
 EVALUATE_DIR = RESULTS / "evaluate"
-#: The trained-vs-baseline comparison (rule ``evaluate_compare``).
+#: The trained-vs-baseline comparison (rule ``evaluate_compare``): GRPO against the model it started
+#: from (the base model, or with ``sft.enabled`` the SFT model).
 COMPARISON_JSON = EVALUATE_DIR / COMPARISON_JSON_NAME
 COMPARISON_CSV = EVALUATE_DIR / COMPARISON_CSV_NAME
+#: With ``sft.enabled``: the SFT model against the base model (rule ``evaluate_sft_compare``).
+SFT_COMPARISON_JSON = EVALUATE_DIR / f"sft_{COMPARISON_JSON_NAME}"
+SFT_COMPARISON_CSV = EVALUATE_DIR / f"sft_{COMPARISON_CSV_NAME}"
 
 REPORT_DIR = RESULTS / "report"
 #: The self-contained HTML report (rule ``report_html``) and its plots (rule ``report_plots``).
@@ -133,6 +148,11 @@ def plot_path(name: str, folder: str | Path = PLOTS_DIR) -> str:
 def train_run_dir(seed: int | str) -> str:
     """The run folder of seed ``seed``: ``results/train/seed<seed>``."""
     return TRAIN_RUN.format(seed=seed)
+
+
+def sft_run_dir(seed: int | str) -> str:
+    """The run folder of sft seed ``seed``: ``results/sft/seed<seed>``."""
+    return SFT_RUN.format(seed=seed)
 
 
 def seed_of(run_dir: str | Path) -> int | None:
@@ -330,6 +350,22 @@ def evaluate_run_dir(cfg: Mapping[str, Any]) -> str:
     """Run folder of the trained model's generation and scores (the baseline's layout):
     ``results/evaluate/<model.name>``."""
     return str(EVALUATE_DIR / cfg["model"]["name"])
+
+
+def sft_model_name(cfg: Mapping[str, Any]) -> str:
+    """Display name of the SFT model in tables and the report: ``<model.name>+sft``."""
+    return f"{cfg['model']['name']}+sft"
+
+
+def sft_eval_run_dir(cfg: Mapping[str, Any]) -> str:
+    """Run folder of the SFT model's generation and scores (the baseline's layout):
+    ``results/evaluate/<model.name>+sft``."""
+    return str(EVALUATE_DIR / sft_model_name(cfg))
+
+
+def grpo_base_dir(cfg: Mapping[str, Any]) -> str:
+    """The model GRPO starts from: the SFT model with ``sft.enabled``, else the base model folder."""
+    return str(SFT_MODEL_DIR) if cfg["sft"]["enabled"] else model_dir(cfg)
 
 
 def train_page_index(cfg: Mapping[str, Any]) -> str:

@@ -445,7 +445,7 @@ def test_renamed_checkpointing_knob_reaches_older_transformers():
     """transformers 5.17 (the vLLM environment, the GPU image) has only gradient_checkpointing."""
     from dataclasses import dataclass
 
-    from olmpipe.train.args import _for_installed
+    from olmpipe.compat.transformers import for_installed as _for_installed
 
     @dataclass
     class Old:
