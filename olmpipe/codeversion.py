@@ -102,6 +102,12 @@ RULE_CODE: Mapping[str, tuple[str, ...]] = MappingProxyType({
         "olmpipe.records",
     ),
     "difficulty_filter": ("olmpipe.difficulty.filter", "olmpipe.difficulty.settings", "olmpipe.records"),
+    # The SFT stage: its pairs (the answers' front matter through the prompt module), and its jobs
+    # (the training job, SFT's steps and trainer, their seams into TRL/transformers).
+    "sft_pairs": ("olmpipe.sft.pairs", "olmpipe.prompts", "olmpipe.records.sft", "olmpipe.records.files",
+                  "olmpipe.records.pages", "olmpipe.records.candidates"),
+    "sft_seed": ("olmpipe.job", "olmpipe.sft", "olmpipe.config.sft_fields", "olmpipe.compat", "olmpipe.prompts",
+                 "olmpipe.records"),
     "soup": ("olmpipe.train.soup", "olmpipe.records.files", "olmpipe.records.models"),
     # Not a rule: the code whose edits invalidate the finished generations a generation job (or the
     # difficulty stage) reuses from its journal (olmpipe.evaluate.engine.generation_fingerprint). Decoding

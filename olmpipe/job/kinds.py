@@ -29,7 +29,8 @@ class JobKind:
     key of its TRL config's knobs in that section (``grpo``); ``rule``: the Snakemake rule of one
     seed's job; ``not_trajectory``: keys of the section that do not change what is learned;
     ``not_trajectory_knobs``: such knobs; ``rewards``: whether the ``rewards`` section is part of the
-    run (GRPO's rewards are its objective); ``label``: what messages call a run of it.
+    run (GRPO's rewards are its objective); ``label``: what messages call a run of it; ``module``:
+    what runs a seed's job (``python -m olmpipe.train``).
     """
 
     name: str
@@ -40,6 +41,8 @@ class JobKind:
     not_trajectory_knobs: tuple[str, ...]
     rewards: bool
     label: str
+    #: the module whose ``python -m`` runs one seed's job (:mod:`olmpipe.launch` starts it)
+    module: str = "olmpipe.train"
 
     def section_of(self, cfg: Mapping[str, Any]) -> Mapping[str, Any]:
         """The kind's section of a (validated) config."""
@@ -135,6 +138,7 @@ SFT = _SFTKind(
     ),
     rewards=False,
     label="SFT",
+    module="olmpipe.sft",
 )
 
 #: Every kind by name.

@@ -1,4 +1,4 @@
-"""Snakemake script of rule evaluate_compare: baseline vs trained -> comparison.json / .csv."""
+"""Snakemake script of rules evaluate_compare and evaluate_sft_compare: baseline vs trained -> comparison.json / .csv."""
 
 import logging
 from pathlib import Path
@@ -15,6 +15,8 @@ try:
         trained_dir=Path(snakemake.input.trained_verdicts).parent,  # noqa: F821
         json_path=snakemake.output.json,  # noqa: F821
         csv_path=snakemake.output.csv,  # noqa: F821
+        baseline_name=snakemake.params.names["baseline"],  # noqa: F821
+        trained=snakemake.params.names["trained"],  # noqa: F821
     )
 except ComparisonError as exc:
     raise SystemExit(f"evaluate: {exc}") from None
