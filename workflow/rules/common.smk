@@ -3,6 +3,8 @@
 # rules' outputs come from it) and
 # olmpipe.codeversion (which package code reruns which rule:
 # `params: code=rule_code_version("<rule>")`); this file only binds them to the validated config.
+import functools
+
 from snakemake.exceptions import WorkflowError
 
 from olmpipe.bench.folders import (
@@ -110,24 +112,26 @@ def rasterize_input(wildcards):
 
 
 def launch_of(kind, run_dir, model):
-    """The `launch` param function of a training rule (train_seed: GRPO; sft_seed: SFT): the launch
-    prefix of its job (olmpipe.plan.checked_launch_prefix: the memory plan, batch arithmetic and stop
+    """The `launch` param function of the training jobs (train_seed for GRPO, sft_seed for SFT), the
+    launch prefix of a job (olmpipe.plan.checked_launch_prefix: the memory plan, batch arithmetic and stop
     grace are checked first), once its run folder is known to resume
     (olmpipe.job.resume.check_workflow_resume): with `<section>.resume: auto`, a run folder whose
     last checkpoint or kept final model was trained with other settings stops Snakemake here, while
     the DAG is built, before it deletes the seed's model/ to rerun the job. The job compares again,
-    the training set included. `run_dir(seed)` is the seed's run folder, `model` the base it trains."""
+    the training set included. `run_dir(seed)` is the seed's run folder, `model` the base it trains.
+    """
+    return functools.partial(checked_launch, kind, run_dir, model)
 
-    def launch(wildcards, resources):
-        gpus = resources.gpu
-        prefix = checked_launch_prefix(
-            config, gpus, model, getattr(resources, "slurm_extra", None), kind
-        )
-        seed = int(wildcards.seed)
-        try:
-            check_workflow_resume(config, seed, model, gpus, run_dir(seed), kind)
-        except ResumeMismatchError as exc:
-            raise WorkflowError(f"{kind.rule} (seed {seed}): {exc}") from None
-        return prefix
 
-    return launch
+def checked_launch(kind, run_dir, model, wildcards, resources):
+    """See launch_of."""
+    gpus = resources.gpu
+    prefix = checked_launch_prefix(
+        config, gpus, model, getattr(resources, "slurm_extra", None), kind
+    )
+    seed = int(wildcards.seed)
+    try:
+        check_workflow_resume(config, seed, model, gpus, run_dir(seed), kind)
+    except ResumeMismatchError as exc:
+        raise WorkflowError(f"{kind.rule} (seed {seed}): {exc}") from None
+    return prefix

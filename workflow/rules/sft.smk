@@ -9,7 +9,13 @@
 from olmpipe.job.jobconfig import seed_config_json
 from olmpipe.job.kinds import SFT
 from olmpipe.launch.slurm import slurm_node_resources
-from olmpipe.layout import SFT_MODEL_DIR, SFT_PAIRS, SFT_PAIRS_SUMMARY, SFT_RUN, sft_run_dir
+from olmpipe.layout import (
+    SFT_MODEL_DIR,
+    SFT_PAIRS,
+    SFT_PAIRS_SUMMARY,
+    SFT_RUN,
+    sft_run_dir,
+)
 
 # What the pairs are made from (not the training knobs: a changed learning rate reruns the jobs,
 # not the pairs).
