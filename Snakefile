@@ -51,6 +51,8 @@ rule train:
         rules.soup.output,
         rules.evaluate_compare.output,
         rules.report_html.output,
+        # what trivial answers earn with the rewards trained on (results/validate/audit.*)
+        rules.validate_audit.output,
 
 
 # The trained model's evaluation against the baseline (results/evaluate/comparison.json|csv).

@@ -56,6 +56,15 @@ RULE_CODE: Mapping[str, tuple[str, ...]] = MappingProxyType({
         "olmpipe.records.manifest",
         "olmpipe.records.pages",
     ),
+    # The trivial-answer audit scores with the rewards, the unit-test engine and the trainer's dataset
+    # columns; editing any of them reruns only the audit (nothing reads its files).
+    "validate_audit": (
+        "olmpipe.rewards",
+        "olmpipe.bench",
+        "olmpipe.prompts",
+        "olmpipe.train.data",
+        "olmpipe.records",
+    ),
     # The tiny model's builder and the processor class and chat template it saves (olmpipe.modelload),
     # and the architectures' classes and image budgets (olmpipe.architectures).
     "build_model": ("olmpipe.tinymodel", "olmpipe.modelload", "olmpipe.architectures", "olmpipe.records.models"),
