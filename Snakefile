@@ -61,6 +61,8 @@ rule train:
         rules.evaluate_compare.output,
         rules.evaluate_sft_compare.output if config["sft"]["enabled"] else [],
         rules.report_html.output,
+        # what trivial answers earn with the rewards trained on (results/validate/audit.*)
+        rules.validate_audit.output,
 
 
 # The trained model's evaluation against the baseline (results/evaluate/comparison.json|csv).

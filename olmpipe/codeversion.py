@@ -58,6 +58,16 @@ RULE_CODE: Mapping[str, tuple[str, ...]] = MappingProxyType({
         "olmpipe.records.manifest",
         "olmpipe.records.pages",
     ),
+    # The trivial-answer audit scores with the rewards, the unit-test engine and the trainer's dataset
+    # columns; editing any of them reruns only the audit (nothing reads its files).
+    "validate_audit": (
+        "olmpipe.validate.audit",
+        "olmpipe.rewards",
+        "olmpipe.bench",
+        "olmpipe.prompts",
+        "olmpipe.job.data",
+        "olmpipe.records",
+    ),
     # The tiny model's builder and the processor class and chat template it saves (olmpipe.models.load),
     # and the architectures' classes and image budgets (olmpipe.models.architectures).
     "build_model": ("olmpipe.models.tiny", "olmpipe.models.load", "olmpipe.models.architectures", "olmpipe.records.models"),

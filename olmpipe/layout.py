@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from olmpipe.records.audit import AUDIT_NAME, AUDIT_SUMMARY_NAME
 from olmpipe.records.candidates import CANDIDATE_DIR
 from olmpipe.records.comparison import COMPARISON_CSV_NAME, COMPARISON_JSON_NAME
 from olmpipe.records.difficulty import DROPPED_NAME, FILTER_NAME, FILTERED_INDEX_NAME, STATS_NAME
@@ -62,6 +63,10 @@ PAGE_INDEX = VALIDATE_DIR / PAGE_INDEX_NAME
 VALIDATED_TESTS = VALIDATE_DIR / "tests"
 #: The validate stage's report (counts, every problem, the settings).
 VALIDATE_REPORT = VALIDATE_DIR / "report.json"
+#: The trivial-answer audit of the validated bench (rule ``validate_audit``): one line per page,
+#: answer and guard setting, and its summary.
+VALIDATE_AUDIT = VALIDATE_DIR / AUDIT_NAME
+VALIDATE_AUDIT_SUMMARY = VALIDATE_DIR / AUDIT_SUMMARY_NAME
 #: The difficulty stage (rule ``difficulty``): k completions per training page (its generations and
 #: their resume journal, :mod:`olmpipe.records.generations`) and their statistics.
 DIFFICULTY_DIR = RESULTS / "difficulty"
@@ -81,6 +86,13 @@ def validate_outputs(out_dir: str | Path = VALIDATE_DIR) -> dict[str, str]:
     out = PurePosixPath(str(out_dir))
     return {"tests": str(out / VALIDATED_TESTS.name), "report": str(out / VALIDATE_REPORT.name),
             "pages": str(out / PAGE_INDEX.name)}
+
+
+def audit_outputs(out_dir: str | Path = VALIDATE_DIR) -> dict[str, str]:
+    """The trivial-answer audit's outputs in ``out_dir`` (rule ``validate_audit``, ``olmpipe validate
+    --out``): ``records`` (``audit.jsonl``) and ``summary`` (``audit.json``)."""
+    out = PurePosixPath(str(out_dir))
+    return {"records": str(out / VALIDATE_AUDIT.name), "summary": str(out / VALIDATE_AUDIT_SUMMARY.name)}
 
 #: The embedded default model (rule ``build_model``).
 TINY_MODEL_DIR = RESULTS / "model" / "tiny"

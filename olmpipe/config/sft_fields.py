@@ -18,12 +18,13 @@ from typing import Any
 
 from olmpipe.config.grpo_fields import check_knobs as _check_knobs
 from olmpipe.config.grpo_fields import describe_fields as _describe_fields
+from olmpipe.layout import SFT_RUN
 
 FIELDS_FILE = Path(__file__).with_name("sft_fields.json")
 
 #: SFTConfig fields olmpipe sets itself, and where the value comes from.
 OWNED = {
-    "output_dir": "the run folder (results/sft/seed{seed})",
+    "output_dir": f"the run folder ({SFT_RUN})",
     "seed": "sft.seeds", "data_seed": "sft.seeds",
     "bf16": "sft.dtype", "fp16": "sft.dtype", "use_cpu": "sft.device",
     "report_to": "sft.wandb.mode", "run_name": "the seed's run name",

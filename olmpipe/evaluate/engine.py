@@ -14,7 +14,8 @@ writes to one run folder (``results/baseline/<model name>/`` for the base model,
   finish reason, token counts, every attempt, timings, failed flag);
 - ``candidate/<pdf path without .pdf>_pg<page>_repeat<k>.md``: the page texts in olmOCR-Bench's
   candidate layout, so its own ``benchmark.py`` can score them;
-- ``scores.json`` / ``scores.csv`` (overall, per test type, per JSONL file, 95% interval) and
+- ``scores.json`` / ``scores.csv`` (overall, per test type, per JSONL file, 95% interval; beside
+  them the same under the short-answer guard, :mod:`olmpipe.bench.shortguard`) and
   ``verdicts.jsonl`` (one line per test and repeat), from :mod:`olmpipe.bench`;
 - ``summary.json``: run statistics (pages, EOS share, valid front matter share, failed pages,
   tokens, throughput; in the pipeline-compatible mode also ``pipeline``: pages retried on a
@@ -85,6 +86,8 @@ class RunSummary:
     model_seconds: float
     overall: float | None
     pipeline: dict[str, Any] | None = None
+    #: the overall score under the short-answer guard (olmOCR-Bench's is ``overall``)
+    overall_guarded: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The ``summary.json`` object; ``pipeline`` only when the pipeline-compatible mode ran."""
@@ -170,6 +173,7 @@ def summarize(
     seconds: float,
     model_seconds: float,
     overall: float | None,
+    overall_guarded: float | None = None,
 ) -> RunSummary:
     """Run statistics over all records (reused ones included); throughput over the generated ones."""
     n = len(records)
@@ -192,6 +196,7 @@ def summarize(
         model_seconds=round(model_seconds, 3),
         overall=overall,
         pipeline=pipeline_counts(records),
+        overall_guarded=overall_guarded,
     )
 
 
@@ -274,10 +279,12 @@ def run_generation_and_scoring(
         seconds=run.seconds,
         model_seconds=run.model_seconds,
         overall=getattr(score, "overall", None),
+        overall_guarded=(getattr(score, "guarded", None) or {}).get("overall"),
     )
     write_summary(out, summary.to_json())
     logger.info(
-        "%s: %d generations (%d new, %.3f pages/s), %d without EOS, %d backend errors; overall %.4f",
+        "%s: %d generations (%d new, %.3f pages/s), %d without EOS, %d backend errors; overall %.4f "
+        "(with the short-answer guard %.4f)",
         name,
         summary.generations,
         summary.generated,
@@ -285,6 +292,7 @@ def run_generation_and_scoring(
         summary.failed_no_eos,
         summary.failed_error,
         summary.overall or 0.0,
+        summary.overall_guarded or 0.0,
     )
     if summary.pipeline:
         logger.info(

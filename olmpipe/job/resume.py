@@ -60,8 +60,9 @@ logger = logging.getLogger(__name__)
 NOT_TRAJECTORY_TRAIN = GRPO.not_trajectory
 #: GRPOConfig knobs that change how a run is operated, not what it learns.
 NOT_TRAJECTORY_GRPO = GRPO.not_trajectory_knobs
-#: Keys of ``rewards.bench`` that bound or place the scorer without changing verdicts of normal pages.
-NOT_TRAJECTORY_BENCH = ("processes", "timeout_s", "memory_mb")
+#: Keys of ``rewards.bench`` that bound or place the scorer without changing verdicts of normal pages,
+#: or only set what is logged (``short_signal``: the bench/short_high_reward metric).
+NOT_TRAJECTORY_BENCH = ("processes", "timeout_s", "memory_mb", "short_signal")
 #: Sections that change what is learned only while switched on: (the switch, the section's key prefix).
 #: Off, the section is left out of the settings, and of a stored checkpoint's before comparing.
 OPTIONAL_SECTIONS = (("train.peft.enabled", "train.peft."), ("train.difficulty.enabled", "train.difficulty."),
@@ -81,6 +82,8 @@ IMPLIED_BEFORE: Mapping[str, Any] = {
     # TRL 1.16's `trl vllm-serve` always passed --logprobs-mode processed_logprobs
     # (trl/scripts/vllm_serve.py:270-272) before train.vllm_server.logprobs_mode could override it
     "train.vllm_server.logprobs_mode": "processed_logprobs",
+    # the unit-test reward had no short-answer guard (olmpipe/bench/shortguard.py) before the key
+    "rewards.bench.short_answer_guard": False,
 }
 #: Key prefix of the training set's identity (:func:`olmpipe.job.data.training_set_id`): what the
 #: trainer builds from the page index, known only in the job (not when the workflow is planned).

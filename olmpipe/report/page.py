@@ -46,6 +46,7 @@ from olmpipe.records.metrics import read_metrics
 from olmpipe.records.pages import read_page_index
 from olmpipe.records.scores import read_pipeline_counts
 from olmpipe.report.template import CSS, PAGE_TEMPLATE
+from olmpipe.rewards.bench_metrics import SHORT_HIGH_REWARD, SHORT_PASSES
 
 log = logging.getLogger(__name__)
 
@@ -141,10 +142,14 @@ def headline(comparison: Mapping[str, Any]) -> str:
             "The difference could be chance at this sample size (the interval includes 0 or p is large)."
         )
     method = f", {r['test_method']}" if r["test_method"] != "none" else ""
+    g = next((g for g in comparison["rows"] if g["scope"] == "guarded"), None)
+    guarded = (f" With the short-answer guard (a pass through a fuzzy match inside a too-short answer fails): "
+               f"{_pct(g['baseline'])} &rarr; {_pct(g['trained'])} ({_pct(g['difference'], True)} points)."
+               if g else "")
     return (
         f"Overall olmOCR-Bench score {_pct(r['baseline'])} &rarr; <b>{_pct(r['trained'])}</b> "
         f"({_pct(r['difference'], True)} points, {level}% CI {_ci(r['difference_ci'], True)}, "
-        f"paired sign-flip p = {r['p_value']:.3g}{method}; {r['tests']} tests). {verdict}"
+        f"paired sign-flip p = {r['p_value']:.3g}{method}; {r['tests']} tests). {verdict}{guarded}"
     )
 
 
@@ -197,6 +202,36 @@ def _guards_section(guards: Mapping[str, Any]) -> str:
          f"{eos['baseline_failed']} &rarr; {eos['trained_failed']} of {eos['generations']}"),
     ]  # fmt: skip
     return "<table class='kv'>" + "".join(f"<tr><th>{k}</th><td>{v}</td></tr>" for k, v in rows) + "</table>"
+
+
+def _short_answer_rows(metrics: Mapping[str, str | Path] | None) -> str:
+    """Per seed, the training signal of answers that game the fuzzy matches (olmocr #461):
+    ``bench/short_high_reward`` (completions much shorter than their page with a high unit-test
+    reward) and ``bench/short_passes`` (tests passed through a too-short match), per logged step."""
+    rows = []
+    for label, path in sorted((metrics or {}).items()):
+        records = read_metrics(path, error=ComparisonError)
+        high = [(r.get("step"), r[SHORT_HIGH_REWARD]) for r in records
+                if isinstance(r.get(SHORT_HIGH_REWARD), (int, float))]
+        passes = [r[SHORT_PASSES] for r in records if isinstance(r.get(SHORT_PASSES), (int, float))]
+        if not high:
+            rows.append(f"<tr><td>{escape(label)}</td><td colspan='4' class='muted'>not logged</td></tr>")
+            continue
+        flagged = [step for step, value in high if value > 0]
+        cls = " class='warn'" if flagged else ""
+        first = f" (first: step {flagged[0]})" if flagged else ""
+        most_passes = f"{max(passes):g}" if passes else "-"
+        rows.append(f"<tr><td>{escape(label)}</td><td{cls}>{len(flagged)} of {len(high)}{first}</td>"
+                    f"<td>{max(v for _, v in high):g}</td><td>{high[-1][1]:g}</td><td>{most_passes}</td></tr>")
+    if not rows:
+        return ""
+    head = (f"<tr><th>seed</th><th>steps with <code>{SHORT_HIGH_REWARD}</code> &gt; 0</th><th>max</th>"
+            f"<th>last step</th><th>max <code>{SHORT_PASSES}</code></th></tr>")
+    return ("<h3>Training: short answers with a high reward</h3><p class='muted'>Completions much shorter "
+            "than their page that still earned a high unit-test reward (per reward call), and tests passed "
+            "only through a fuzzy match inside a too-short answer (counted as failed with "
+            "<code>rewards.bench.short_answer_guard</code>): a run that starts to write less for more shows "
+            f"here.</p><table>{head}{''.join(rows)}</table>")
 
 
 def _generation_section(baseline_dir: str | Path | None, trained_dir: str | Path | None) -> str:
@@ -415,7 +450,7 @@ def build_report(
         warnings=warn_html,
         scores=_scores_table(comparison),
         figures=figures or "<p class='muted'>no plots</p>",
-        guards=_guards_section(comparison["guards"]),
+        guards=_guards_section(comparison["guards"]) + _short_answer_rows(metrics),
         generation=_generation_section(baseline_dir, trained_dir),
         difficulty=_difficulty_section(difficulty, metrics),
         samples=_page_samples(

@@ -126,7 +126,8 @@ def build_pairs(cfg: Mapping[str, Any], index_path: str | Path, out: str | Path,
     sft = cfg["sft"]
     if sft["source"] == "pairs":
         if not sft["pairs_dir"]:
-            raise PairsError("sft.source is `pairs`: set sft.pairs_dir to a folder of <name>.png + <name>.md")
+            raise PairsError("sft.source is `pairs`: set sft.pairs_dir to a folder of page images, each beside "
+                             "its answer of the same name (.md or .txt)")
         pairs, summary = folder_pairs(sft["pairs_dir"], sft["front_matter"], sft["max_pages"])
     else:
         pairs, summary = bench_pairs(index_path, sft["candidate"], sft["front_matter"], sft["max_pages"])

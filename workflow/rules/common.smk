@@ -26,6 +26,7 @@ from olmpipe.layout import (
     TINY_MODEL_DIR,
     TRAIN_RUN,
     ModelPathError,
+    audit_outputs,
     SynthLayout,
     bench_section,
     eval_run_files,
