@@ -138,8 +138,10 @@ REPORT_DIR = RESULTS / "report"
 #: The self-contained HTML report (rule ``report_html``) and its plots (rule ``report_plots``).
 REPORT_HTML = REPORT_DIR / "index.html"
 PLOTS_DIR = REPORT_DIR / "plots"
-#: The report's plots, by name (:func:`olmpipe.report.plots.write_plots` draws each one).
+#: The report's plots, by name (:func:`olmpipe.report.plots.write_plots` draws each one); with
+#: ``sft.enabled`` also :data:`SFT_PLOT` (the SFT runs' loss per step).
 PLOT_NAMES = ("rewards", "type_rates", "page_change")
+SFT_PLOT = "sft_loss"
 
 
 def in_results(path: str | Path) -> str:

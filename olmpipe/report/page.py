@@ -61,6 +61,8 @@ PLOT_CAPTIONS = {
     "intervals.",
     "page_change": "Per eval page: change in the share of its tests passed (top) and change in output "
     "length (bottom; red marks pages flagged by a guard).",
+    "sft_loss": "SFT, the stage before GRPO: loss on the answer tokens per step for each SFT seed (solid) and "
+    "the share of answer tokens predicted right (dashed, right axis).",
 }
 
 
@@ -151,6 +153,43 @@ def headline(comparison: Mapping[str, Any]) -> str:
         f"({_pct(r['difference'], True)} points, {level}% CI {_ci(r['difference_ci'], True)}, "
         f"paired sign-flip p = {r['p_value']:.3g}{method}; {r['tests']} tests). {verdict}{guarded}"
     )
+
+
+def _score_cell(row: Mapping[str, Any], side: str) -> str:
+    return f"{_pct(row[side])} <small>{_ci(row[side + '_ci'])}</small>"
+
+
+def _diff_cells(row: Mapping[str, Any]) -> str:
+    cls = "pos" if row["difference_ci"][0] > 0 else "neg" if row["difference_ci"][1] < 0 else ""
+    return (f"<td class='{cls}'>{_pct(row['difference'], True)} <small>{_ci(row['difference_ci'], True)}</small></td>"
+            f"<td>{row['p_value']:.3g}</td>")
+
+
+def chain_section(sft_comparison: Mapping[str, Any] | None, comparison: Mapping[str, Any]) -> str:
+    """Base -> SFT -> GRPO side by side (with an SFT stage): each score of the three models with its
+    interval, and each stage's difference with its interval and paired p, from ``sft_comparison``
+    (base vs the SFT model) and ``comparison`` (the SFT model vs GRPO, which started from it)."""
+    if sft_comparison is None:
+        return ""
+    grpo = {(r["scope"], r["name"]): r for r in comparison["rows"]}
+    level = round(100 * comparison["settings"]["ci_level"])
+    names = (sft_comparison["baseline"]["name"], sft_comparison["trained"]["name"], comparison["trained"]["name"])
+    head = (f"<tr><th>scope</th><th>name</th><th>tests</th><th>base: {escape(names[0])}</th>"
+            f"<th>SFT: {escape(names[1])}</th><th>GRPO: {escape(names[2])}</th>"
+            f"<th>SFT &minus; base ({level}% CI)</th><th>p</th><th>GRPO &minus; SFT ({level}% CI)</th><th>p</th></tr>")
+    body = []
+    for r in sft_comparison["rows"]:
+        g = grpo.get((r["scope"], r["name"]))
+        if g is None or r["scope"] == "jsonl":
+            continue
+        body.append(f"<tr class='{escape(r['scope'])}'><td>{escape(r['scope'])}</td><td>{escape(r['name'])}</td>"
+                    f"<td>{r['tests']}</td><td>{_score_cell(r, 'baseline')}</td><td>{_score_cell(r, 'trained')}</td>"
+                    f"<td>{_score_cell(g, 'trained')}</td>{_diff_cells(r)}{_diff_cells(g)}</tr>")
+    sft_line = headline(sft_comparison).replace("Overall olmOCR-Bench score", "SFT: overall olmOCR-Bench score", 1)
+    return (f"<h2>Base &rarr; SFT &rarr; GRPO</h2><p class='muted'>The chain on the held-out eval pages: the "
+            f"base model, the SFT model (results/sft/soup/model), and GRPO started from it. Each difference is "
+            f"paired on the same tests (bootstrap interval, sign-flip p); the GRPO line above is GRPO against "
+            f"the SFT model it started from.</p><p>{sft_line}</p><table>{head}{''.join(body)}</table>")
 
 
 def _scores_table(comparison: Mapping[str, Any]) -> str:
@@ -420,12 +459,14 @@ def build_report(
     trained_dir: str | Path | None = None,
     difficulty: Mapping[str, Any] | None = None,
     metrics: Mapping[str, str | Path] | None = None,
+    sft_comparison: Mapping[str, Any] | None = None,
 ) -> str:
     """The report as one HTML string (see the module docstring for its sections).
 
     Run folders default to the ``dir`` recorded in the comparison. ``difficulty`` is the difficulty
     filter's ``filter.json`` (None: the filter was off) and ``metrics`` maps each seed to its
-    training metrics (for the share of groups without reward spread).
+    training metrics (for the share of groups without reward spread); ``sft_comparison`` (base vs
+    the SFT model, with an SFT stage) adds the base -> SFT -> GRPO section.
     """
     baseline_dir = baseline_dir or comparison["baseline"]["dir"]
     trained_dir = trained_dir or comparison["trained"]["dir"]
@@ -448,6 +489,7 @@ def build_report(
         generated=datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
         headline=headline(comparison),
         warnings=warn_html,
+        chain=chain_section(sft_comparison, comparison),
         scores=_scores_table(comparison),
         figures=figures or "<p class='muted'>no plots</p>",
         guards=_guards_section(comparison["guards"]) + _short_answer_rows(metrics),
@@ -481,8 +523,10 @@ def main(argv: list[str] | None = None) -> int:
         PAGE_INDEX,
         PLOTS_DIR,
         REPORT_HTML,
+        SFT_COMPARISON_JSON,
         VALIDATED_TESTS,
         final_metrics,
+        sft_run_dir,
         train_run_dir,
     )
     from olmpipe.records.difficulty import read_summary
@@ -514,11 +558,15 @@ def main(argv: list[str] | None = None) -> int:
         if metrics is None:
             metrics = [final_metrics(train_run_dir(seed)) for seed in cfg["train"]["seeds"]]
         labelled = {Path(m).parent.name: m for m in metrics}
-        plots = write_plots(comparison, labelled, args.plots)
+        sft = cfg["sft"]["enabled"]
+        sft_metrics = {f"sft {Path(m).parent.name}": m for m in
+                       (final_metrics(sft_run_dir(seed)) for seed in cfg["sft"]["seeds"])} if sft else None
+        plots = write_plots(comparison, labelled, args.plots, sft_metrics)
         difficulty = args.difficulty or (str(DIFFICULTY_FILTER) if cfg["train"]["difficulty"]["enabled"] else None)
         write_report(args.out, comparison=comparison, plots=plots, settings=ReportSettings.from_config(cfg),
                      config=cfg, pages_index=args.pages, tests_dir=args.tests, metrics=labelled,
-                     difficulty=read_summary(difficulty, error=ComparisonError) if difficulty else None)  # fmt: skip
+                     difficulty=read_summary(difficulty, error=ComparisonError) if difficulty else None,
+                     sft_comparison=read_comparison(SFT_COMPARISON_JSON) if sft else None)  # fmt: skip
     except (ComparisonError, OSError, ValueError) as exc:
         log.error("%s", exc)
         return 1

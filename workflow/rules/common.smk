@@ -21,6 +21,7 @@ from olmpipe.layout import (
     COMPARISON_JSON,
     MANIFEST,
     REPORT_HTML,
+    SFT_PLOT,
     SOUP_MODEL_DIR,
     SYNTH_BENCH_DIR,
     TINY_MODEL_DIR,
