@@ -297,7 +297,7 @@ def test_main_reads_each_configured_seeds_final_metrics_as_the_workflow_does(set
     (tmp_path / "config.yaml").write_text("train:\n  seeds: [0, 1]\n")
     seen = {}
 
-    def recording_write_plots(comparison, metrics, out_dir):
+    def recording_write_plots(comparison, metrics, out_dir, sft_metrics=None):
         seen.update(metrics)
         return {}
 

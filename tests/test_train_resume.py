@@ -427,7 +427,7 @@ def test_more_steps_on_a_finished_run_whose_last_checkpoint_is_gone_train_on_fro
     shutil.copytree(full, run)
     shutil.rmtree(run / "model")
     shutil.rmtree(run / "checkpoint-4")
-    with caplog.at_level("INFO", logger="olmpipe.train"):
+    with caplog.at_level("INFO", logger="olmpipe.job"):
         assert train_seed(_config(resume="continue", grpo={**GRPO, "max_steps": 6}), seed=0, model_path=setup["model"],
                           pages=setup["pages"], tests_dir=setup["tests"], run_dir=run,
                           reward_funcs=[LowIdReward()]) == 0

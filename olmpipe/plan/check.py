@@ -91,8 +91,9 @@ def checked_launch_prefix(cfg: Mapping[str, Any], gpus: int, model: str | Path, 
     res = cfg["resources"][kind.section]
     problems = job_problems(cfg, gpus, model, kind)
     if problems:
-        raise LaunchError(f"the {kind.label} training job cannot run with these settings (checked before it is "
-                          "submitted):\n" + "\n".join(f"  - {p}" for p in problems))
+        what = "training job" if kind is GRPO else f"{kind.label} training job"
+        raise LaunchError(f"the {what} cannot run with these settings (checked before it is submitted):\n"
+                          + "\n".join(f"  - {p}" for p in problems))
     check_fits(cfg, gpus, model, slurm_extra, kind)
     from olmpipe.job.packages import config_needs
 

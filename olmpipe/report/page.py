@@ -40,7 +40,7 @@ import yaml
 
 from olmpipe.bench.describe import describe_tests
 from olmpipe.evaluate.compare import ComparisonError, read_comparison
-from olmpipe.layout import DIFFICULTY_DROPPED
+from olmpipe.layout import DIFFICULTY_DROPPED, SFT_MODEL_DIR
 from olmpipe.records.generations import GENERATIONS_NAME, read_generations
 from olmpipe.records.metrics import read_metrics
 from olmpipe.records.pages import read_page_index
@@ -187,7 +187,7 @@ def chain_section(sft_comparison: Mapping[str, Any] | None, comparison: Mapping[
                     f"<td>{_score_cell(g, 'trained')}</td>{_diff_cells(r)}{_diff_cells(g)}</tr>")
     sft_line = headline(sft_comparison).replace("Overall olmOCR-Bench score", "SFT: overall olmOCR-Bench score", 1)
     return (f"<h2>Base &rarr; SFT &rarr; GRPO</h2><p class='muted'>The chain on the held-out eval pages: the "
-            f"base model, the SFT model (results/sft/soup/model), and GRPO started from it. Each difference is "
+            f"base model, the SFT model ({SFT_MODEL_DIR}), and GRPO started from it. Each difference is "
             f"paired on the same tests (bootstrap interval, sign-flip p); the GRPO line above is GRPO against "
             f"the SFT model it started from.</p><p>{sft_line}</p><table>{head}{''.join(body)}</table>")
 

@@ -345,7 +345,9 @@ def run_validate(
         require_page_coverage=vcfg["require_page_coverage"], eval_fraction=split_cfg["eval_fraction"],
         seed=split_cfg["seed"], math_checker=math_checker,
     )
-    settings = {"bench": cfg["bench"], "validate": vcfg}
+    # validate.audit is the audit's (rule validate_audit), not this stage's: the report records the rest,
+    # as the workflow's validate rule gets it
+    settings = {"bench": cfg["bench"], "validate": {k: v for k, v in vcfg.items() if k != "audit"}}
     write_outputs(result, tests_dir=tests_dir, report_path=report_path, pages_path=pages_path,
                   settings=settings)
     text = summary(result)
