@@ -17,7 +17,7 @@ drives every seam through the installed classes. Line numbers are TRL 1.16.0's, 
   not exported) and relies on its attributes; :func:`epoch_seeded` rebuilds TRL's sampler from its
   constructor's parameters and refuses one it cannot carry over.
 - :func:`latest_generation_batch` reads ``GRPOTrainer._logs``, TRL's record of the latest generation.
-- :func:`selective_log_softmax` is TRL's (not exported) completion log-probabilities.
+- :func:`add_fused_lm_head` is TRL's (not exported) fused LM head of the policy's log-probabilities.
 - :func:`after_vllm_weight_sync`, :func:`after_server_weight_sync`, :func:`vllm_server_post`,
   :func:`vllm_weight_stream` / :func:`set_vllm_weight_stream`, :func:`vllm_sync_sharding`: TRL's
   ``VLLMGeneration`` (``trl/generation/vllm_generation.py``), whose ``sync_weights``, client and
@@ -42,9 +42,10 @@ from trl.trainer.utils import RepeatSampler
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["EpochSeededRepeatSampler", "GRPOTrainerSeams", "GenerationBatch", "TrainerSeams", "after_server_weight_sync",
-           "after_vllm_weight_sync", "colocated_llm", "epoch_seeded", "latest_generation_batch", "selective_log_softmax",
-           "set_vllm_weight_stream", "vllm_server_post", "vllm_sync_sharding", "vllm_weight_stream"]
+__all__ = ["EpochSeededRepeatSampler", "GRPOTrainerSeams", "GenerationBatch", "TrainerSeams", "add_fused_lm_head",
+           "after_server_weight_sync", "after_vllm_weight_sync", "colocated_llm", "epoch_seeded",
+           "latest_generation_batch", "set_vllm_weight_stream", "vllm_server_post", "vllm_sync_sharding",
+           "vllm_weight_stream"]
 
 NamedTensors = Iterator[tuple[str, Any]]
 
@@ -225,13 +226,16 @@ def latest_generation_batch(trainer: Any) -> GenerationBatch | None:
     )
 
 
-def selective_log_softmax(logits: Any, index: Any) -> Any:
-    """Log-probabilities of the tokens ``index`` under ``logits``: TRL's memory-lean gather
-    (``selective_log_softmax``, ``trl/trainer/utils.py:538``, not exported). Used by
-    benchmarks/gpu_check.py's memory probe, whose peak must be what TRL's own computation takes."""
-    from trl.trainer.utils import selective_log_softmax as trl_selective_log_softmax
+def add_fused_lm_head(model: Any, temperature: float = 1.0) -> None:
+    """Patch ``model`` with TRL 1.16's fused LM head, as ``GRPOTrainer.__init__`` does for the policy and
+    the reference model (``grpo_trainer.py:1066-1077``; ``add_fused_lm_head``, ``trl/trainer/utils.py:1548``,
+    not exported): ``model(..., labels=labels, fused_lm_head=True)`` then returns the completion
+    tokens' log-probabilities computed in ``[4096, 32768]`` tiles (``trl/kernels/chunked_logprob.py:31``,
+    ``utils.py:1506``), never the whole logits. Used by benchmarks/gpu_check.py's memory probes, whose
+    peak must be what TRL's own computation takes (``grpo_trainer.py:1497-1498``)."""
+    from trl.trainer.utils import add_fused_lm_head as trl_add_fused_lm_head
 
-    return trl_selective_log_softmax(logits, index)
+    trl_add_fused_lm_head(model, temperature=temperature, outputs=("log_probs",))
 
 
 # ------------------------------------------------------------------ the weight sync to vLLM
