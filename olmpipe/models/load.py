@@ -211,7 +211,11 @@ def load_model(path: str | Path, *, dtype: Any = None, device: Any = None, quant
             str(path), dtype=dtype, quantization_config=quantization_config, device_map={"": device})
     else:
         model = model_class.from_pretrained(str(path), dtype=dtype)
-        if not _zero3_partitioned(model):
+        if _zero3_partitioned(model):
+            from olmpipe.compat.transformers import keep_used_weight_conversions
+
+            keep_used_weight_conversions(model)  # else its checkpoints save renamed keys
+        else:
             model = model.to(device)
     model.eval()
     return model
