@@ -5,15 +5,19 @@
 
 The configured rewards hardly vary on the random tiny model (zero advantages, no update), so
 weight-equality tests of the multi-process path train on the share of low token ids instead.
+Test hooks (accelerate's FSDP on CPU ranks, an injected NaN gradient, a probe of how the models are
+loaded) follow the environment: tests/support/trainhooks.py.
 """
 
 import json
 import os
 import sys
 
+from support.trainhooks import install_from_env
 from trainkit import LowIdReward
 
 from olmpipe.config import validate_config
+from olmpipe.job.health import TrainingStopped
 from olmpipe.train.run import train_seed
 
 
@@ -30,6 +34,12 @@ class LoggedLowIdReward(LowIdReward):
 if __name__ == "__main__":
     model, pages, tests, run_dir, config = sys.argv[1:6]
     seed = int(sys.argv[6]) if len(sys.argv) > 6 else 0
+    install_from_env()
     cfg = validate_config(json.loads(config))
-    sys.exit(train_seed(cfg, seed=seed, model_path=model, pages=pages, tests_dir=tests, run_dir=run_dir,
-                        reward_funcs=[LoggedLowIdReward()]))
+    try:
+        code = train_seed(cfg, seed=seed, model_path=model, pages=pages, tests_dir=tests, run_dir=run_dir,
+                          reward_funcs=[LoggedLowIdReward()])
+    except TrainingStopped as exc:  # as python -m olmpipe.train ends such a run
+        sys.stderr.write(f"{type(exc).__name__}: {exc}\n")
+        code = exc.exit_code
+    sys.exit(code)

@@ -17,6 +17,7 @@ import subprocess
 import sys
 import tomllib
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 import torch
@@ -421,6 +422,144 @@ def test_lora_stream_names_are_trls_and_leave_the_base_alone(tmp_path, tiny_mode
     assert all(torch.allclose(ours[n], trls[n], atol=1e-6) for n in ours)
     assert any(not torch.equal(ours[n], base[f"base_model.model.{n}".replace(".weight", ".base_layer.weight")])
                for n in ours if n.endswith("q_proj.weight"))
+
+
+def _with_server(trainer, monkeypatch, base_url):
+    """A server-mode ``VLLMGeneration`` whose client is TRL's ``VLLMClient`` talking to ``base_url``
+    (its weight transfer, NCCL, left out: it needs CUDA)."""
+    import requests
+    from trl.generation.vllm_client import VLLMClient
+
+    generation = _with_generation(trainer, monkeypatch, mode="server")
+    client = VLLMClient.__new__(VLLMClient)  # its __init__ would ask the server for its models
+    client.session, client.base_url = requests.Session(), base_url
+    monkeypatch.setattr(client, "update_named_params", lambda metadata, params: list(params), raising=False)
+    generation.vllm_client = client
+    return generation
+
+
+def _recording(answer: dict[str, int]):
+    from support.localhttp import QuietHandler
+
+    class Recorder(QuietHandler):
+        paths: ClassVar[list[str]] = []
+
+        def do_POST(self):
+            type(self).paths.append(self.path)
+            self.send_response(answer.get(self.path, 200))
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+    return Recorder
+
+
+def test_server_mode_drops_the_servers_encoder_cache_after_every_sync(tmp_path, tiny_model_dir, monkeypatch):
+    """Issue 31, item 14: TRL's server sync resets only the prefix cache (vllm_generation.py 513-515);
+    the trainer posts /reset_encoder_cache (vLLM 0.31 serve/dev/cache/api_router.py 57-64) once at
+    start and after every sync, from the main process, through TRL's own client -- without vLLM."""
+    from support.localhttp import LocalHttpServer
+
+    trainer = _trainer(tiny_model_dir, tmp_path)
+    recorder = _recording({})
+    imported = "olmpipe.compat.vllm" in sys.modules
+    with LocalHttpServer(recorder) as server:
+        generation = _with_server(trainer, monkeypatch, server.base_url)
+        trainer.refresh_after_sync()
+        generation.sync_weights()
+        generation.sync_weights()
+    assert recorder.paths == ["/reset_encoder_cache", *["/reset_prefix_cache", "/reset_encoder_cache"] * 2]
+    assert imported or "olmpipe.compat.vllm" not in sys.modules  # the server path needs no vLLM in the trainer
+
+
+def test_a_server_without_the_encoder_cache_reset_stops_the_job_at_start(tmp_path, tiny_model_dir, monkeypatch):
+    from support.localhttp import LocalHttpServer
+
+    from olmpipe.train.vllm_server import VLLMServerError
+
+    trainer = _trainer(tiny_model_dir, tmp_path)
+    with LocalHttpServer(_recording({"/reset_encoder_cache": 404})) as server:
+        _with_server(trainer, monkeypatch, server.base_url)
+        with pytest.raises(VLLMServerError, match="VLLM_SERVER_DEV_MODE=1") as caught:
+            trainer.refresh_after_sync()
+    assert "stale image embeddings" in str(caught.value) and "404" in str(caught.value)
+
+
+class _Backend:
+    """vLLM 0.31's ``UnquantizedMoeBackend`` member as a layer's ``quant_method`` holds it."""
+
+    def __init__(self, name: str, value: str):
+        self.name, self.value = name, value
+
+
+def _vllm_seams(monkeypatch):
+    """olmpipe.compat.vllm imported without vLLM (its functions under test import none)."""
+    import importlib
+
+    monkeypatch.setattr(versions, "require", lambda *names: None)
+    monkeypatch.delitem(sys.modules, "olmpipe.compat.vllm", raising=False)
+    seams = importlib.import_module("olmpipe.compat.vllm")
+    monkeypatch.setitem(sys.modules, "olmpipe.compat.vllm", seams)  # gone again after the test
+    return seams
+
+
+@pytest.mark.parametrize(("name", "value", "refused"), [
+    ("FLASHINFER_CUTLASS", "FlashInfer CUTLASS", True),   # SM90/100/120 when FlashInfer is first (Blackwell)
+    ("FLASHINFER_TRTLLM", "FlashInfer TRTLLM", True),     # the SM100 family
+    ("TRITON", "TRITON", False),                          # Hopper's default: nothing repacked
+    ("CPU", "CPU", False),                                # kept plain by keep_cpu_expert_weights
+])
+def test_a_colocated_engine_whose_moe_kernel_repacks_the_experts_is_refused(tmp_path, tiny_model_dir, monkeypatch,
+                                                                            name, value, refused):
+    """Issue 31, item 13: vLLM 0.31 repacks w13/w2 after loading for FlashInfer's kernels
+    (fused_moe/oracle/unquantized.py 432-467) and TRL's colocated sync writes the checkpoint layout
+    into them (vllm_generation.py 509-511): the trainer refuses such an engine with the way out."""
+    from olmpipe.job.errors import JobSetupError
+
+    seams = _vllm_seams(monkeypatch)
+    trainer = _trainer(tiny_model_dir, tmp_path)
+    generation = _with_generation(trainer, monkeypatch)
+    experts = torch.nn.Module()
+    experts.quant_method = type("Method", (), {"unquantized_backend": _Backend(name, value)})()
+    model = torch.nn.Sequential(torch.nn.Linear(2, 2), experts)
+    model.load_weights = lambda pairs: None
+    generation.llm.llm_engine.model_executor.driver_worker.model_runner.model = model
+    assert seams.repacked_moe_backends(generation.llm) == ([value] if refused else [])
+    if not refused:
+        trainer.check_colocated_experts()
+        return
+    with pytest.raises(JobSetupError, match="vllm_mode: server") as caught:
+        trainer.check_colocated_experts()
+    assert value in str(caught.value) and "scrambled experts" in str(caught.value)
+
+
+@pytest.mark.vllm
+def test_the_moe_backend_is_where_repacked_moe_backends_reads_it():
+    """vLLM's unquantized MoE method holds the kernel it picked as ``unquantized_backend``, an
+    ``UnquantizedMoeBackend``, whose members include the ones olmpipe keeps."""
+    pytest.importorskip("vllm")
+    import inspect
+
+    from vllm.model_executor.layers.fused_moe.oracle.unquantized import UnquantizedMoeBackend
+    from vllm.model_executor.layers.fused_moe.unquantized_fused_moe_method import UnquantizedFusedMoEMethod
+
+    from olmpipe.compat.vllm import KEPT_MOE_BACKENDS
+
+    assert "self.unquantized_backend" in inspect.getsource(UnquantizedFusedMoEMethod.__init__)
+    names = {member.name for member in UnquantizedMoeBackend}
+    assert KEPT_MOE_BACKENDS <= names and {"FLASHINFER_CUTLASS", "FLASHINFER_TRTLLM"} <= names
+
+
+def test_ddp_gets_gradients_as_bucket_views(tmp_path, tiny_model_dir):
+    """Issue 31, item 12: transformers builds the Accelerator's DDP settings without
+    gradient_as_bucket_view (trainer.py 758-766; accelerate's default False): the seam hands them to
+    configure_ddp, where the trainer asks for bucket views (no second float32 copy of the gradients)."""
+    from accelerate.utils import DistributedDataParallelKwargs
+
+    trainer = _trainer(tiny_model_dir, tmp_path)
+    args = trainer._build_accelerator_args()
+    (ddp,) = [h for h in args["kwargs_handlers"] if isinstance(h, DistributedDataParallelKwargs)]
+    assert ddp.gradient_as_bucket_view
+    assert trainer.accelerator.ddp_handler is not None and trainer.accelerator.ddp_handler.gradient_as_bucket_view
 
 
 # ------------------------------------------------------------------------------ transformers

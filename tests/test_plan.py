@@ -86,8 +86,8 @@ def test_tiny_model_folder_config_is_read(tiny_model_dir) -> None:
 
 
 def test_ddp_with_colocated_vllm_at_015_does_not_fit_80gb() -> None:
-    """By hand: 18 bytes/param (float32 master weights 4 + grads 4 + AdamW 8, bf16 reference 2) =
-    139 GiB before activations; vLLM's 0.15 x 80 = 12 GiB cannot hold 15.4 GiB of weights + 6.8 GiB
+    """By hand: 20 bytes/param (float32 master weights 4 + grads 4 + AdamW 8, autocast's bf16 copies 2,
+    bf16 reference 2) = 154 GiB before activations; vLLM's 0.15 x 80 = 12 GiB cannot hold 15.4 GiB of weights + 6.8 GiB
     of KV cache for the model's 128000-token context."""
     plan = memory_plan(config(DDP_COLOCATE), seven_b())
     r = rows(plan)
@@ -99,7 +99,10 @@ def test_ddp_with_colocated_vllm_at_015_does_not_fit_80gb() -> None:
     assert r["vLLM share (colocate)"] == pytest.approx(12.0)
     # activations, checkpointed: 1656 image tokens (46 x 36 at 1288 px) + 160 prompt + 3000 completion
     seq = 46 * 36 + 160 + 3000
-    assert r["activations"] == pytest.approx(seq * (28 * 3584 + 6 * 3584 + 2 * 512 + 4 * 18944) * 2 / GIB)
+    # float32 master weights under bf16 autocast (issue 31, item 12): each layer's input is a float32
+    # residual stream (4 B), the recomputed layer's values bf16; autocast's bf16 copy of every weight
+    assert r["activations"] == pytest.approx(seq * (28 * 3584 * 4 + (6 * 3584 + 2 * 512 + 4 * 18944) * 2) / GIB)
+    assert r["autocast weight copies"] == pytest.approx(P7 * 2 / GIB)
     assert r["logits"] == pytest.approx(3000 * 152064 * 4 / GIB)
     assert not plan.fits
     share, total = plan.problems

@@ -136,6 +136,46 @@ def test_a_non_finite_loss_or_weight_stops_at_that_step(tmp_path, tiny_model_dir
     assert not list(run.glob("checkpoint-*")) and not (run / "model").exists()
 
 
+class _Engine:
+    """What StopOnNonFinite reads of a DeepSpeed engine after the step it ran inside backward."""
+
+    def __init__(self, norm, applied=True):
+        self.norm, self.applied = norm, applied
+
+    def get_global_grad_norm(self):
+        return self.norm
+
+    def was_step_applied(self):
+        return self.applied
+
+
+def _deepspeed_trainer(engine):
+    return SimpleNamespace(is_deepspeed_enabled=True, deepspeed=engine, model_wrapped=engine,
+                           accelerator=SimpleNamespace(num_processes=1), take_nonfinite_loss=lambda: None)
+
+
+@pytest.mark.parametrize(("norm", "applied", "message"), [
+    (float("inf"), False, "the gradient norm is inf (not finite), and DeepSpeed skipped this update"),
+    (torch.tensor(float("nan")), False, "the gradient norm is nan"),
+    (None, False, "DeepSpeed skipped this update: its gradients were not finite"),
+    (-1.0, True, "the gradient norm is -1.0"),  # DeepSpeed's sentinel of an invalid group norm
+])
+def test_under_deepspeed_the_gradient_check_reads_the_engines_norm(norm, applied, message):
+    """Issue 31, item 17: DeepSpeed's step ran inside backward (accelerate utils/deepspeed.py 264-281),
+    so the module's gradients are None (ZeRO-2) or empty (ZeRO-3) when on_pre_optimizer_step runs,
+    and DeepSpeed silently skipped the step of a non-finite norm: the check reads the engine."""
+    from olmpipe.job.health import StopOnNonFinite
+
+    model = torch.nn.Linear(3, 1)  # grads None: what the callback sees under ZeRO-2
+    callback = StopOnNonFinite(_deepspeed_trainer(_Engine(norm, applied)))
+    state, args = SimpleNamespace(global_step=4), SimpleNamespace(learning_rate=1e-5)
+    with pytest.raises(NonFiniteStop, match=f"step 5: {message}".replace("(", r"\(").replace(")", r"\)")):
+        callback.on_pre_optimizer_step(args, state, SimpleNamespace(), model=model)
+    healthy = StopOnNonFinite(_deepspeed_trainer(_Engine(0.25)))
+    healthy.on_pre_optimizer_step(args, state, SimpleNamespace(), model=model)
+    healthy.on_optimizer_step(args, state, SimpleNamespace(), model=model)
+
+
 def test_the_trainer_command_exits_with_the_stop_code(tmp_path, monkeypatch, capsys):
     """``python -m olmpipe.train`` turns each stop into its exit code and one line naming why."""
     import olmpipe.job.run

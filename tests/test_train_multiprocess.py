@@ -260,3 +260,27 @@ def test_a_zero2_checkpoint_written_on_sigterm_is_lighter_and_resumes_bitwise(tm
     assert set(x) == set(y) and all(torch.equal(x[k], y[k]) for k in x), "the resumed run ends elsewhere"
     base = load_file(str(tiny_model_dir / "model.safetensors"))
     assert any(not torch.equal(base[k], x[k]) for k in base), "training did not move the weights"
+
+
+def test_ddp_gradients_are_bucket_views_and_train_the_same_weights(tmp_path: Path, tiny_model_dir: Path) -> None:
+    """Issue 31, item 12: DDP gets gradient_as_bucket_view=True (each gradient a view into its
+    all-reduce bucket, not a second float32 copy), and a run with it ends bitwise equal to one
+    without (bf16 autocast over float32 masters, gradient accumulation 2, the health check on)."""
+    import torch
+    from safetensors.torch import load_file
+    from support.gloo import launch, probe_events
+
+    pages, tests = make_page_index(tmp_path)
+    job = {**JOB, "train": {**JOB["train"], "dtype": "bfloat16",
+                            "grpo": {**JOB["train"]["grpo"], "learning_rate": 0.01}}}
+    runs = {}
+    for view in ("1", "0"):
+        probe = tmp_path / f"probe{view}.jsonl"
+        proc = launch("ddp", tiny_model_dir, pages, tests, tmp_path / f"view{view}", job,
+                      env={"OLMPIPE_TEST_PROBE": str(probe), **({"OLMPIPE_TEST_BUCKET_VIEW": "0"} if view == "0" else {})})
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+        assert [e["gradient_as_bucket_view"] for e in probe_events(probe, "ddp")] == [view == "1"] * 2
+        runs[view] = load_file(str(tmp_path / f"view{view}" / "model" / "model.safetensors"))
+    assert runs["1"].keys() == runs["0"].keys() and all(torch.equal(runs["1"][k], runs["0"][k]) for k in runs["1"])
+    base = load_file(str(tiny_model_dir / "model.safetensors"))
+    assert any(not torch.equal(runs["1"][k], base[k]) for k in base), "training did not move the weights"

@@ -117,6 +117,67 @@ def test_cpu_only_torch_on_a_gpu_node_is_refused() -> None:
     assert problems(job_needs(strategy="single", processes=1, cuda=False), import_modules=True) == []
 
 
+DRIVER_570 = "NVRM version: NVIDIA UNIX x86_64 Kernel Module  570.86.15  Thu Jan 30 22:02:52 UTC 2025\nGCC version:\n"
+DRIVER_580 = "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.65.06  Release Build  (dvs-builder@U16)\n"
+
+
+def _cuda13_torch_without_cuda(monkeypatch, tmp_path: Path, driver: str) -> None:
+    """torch as a CUDA 13.0 build sees it on a node whose driver cannot run it (is_available False)."""
+    import torch
+
+    from olmpipe.job import packages
+
+    version_file = tmp_path / "version"
+    version_file.write_text(driver)
+    monkeypatch.setattr(packages, "NVIDIA_DRIVER_VERSION_FILE", str(version_file))
+    monkeypatch.setattr(torch.version, "cuda", "13.0")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="needs torch")
+def test_a_gpu_node_whose_driver_is_too_old_for_torchs_cuda_is_refused(monkeypatch, tmp_path: Path) -> None:
+    """Issue 31, item 18: a CUDA 13 torch on a 570 driver is a CUDA build, but torch.cuda.is_available()
+    is False, and train.device: auto would load the model on the CPU; the package check names the
+    driver and the minimum (580) instead."""
+    import torch
+
+    from olmpipe.job.packages import nvidia_driver
+
+    _cuda13_torch_without_cuda(monkeypatch, tmp_path, DRIVER_570)
+    needs = job_needs(strategy="single", processes=1, cuda=True)
+    (found,) = problems(needs, import_modules=False)
+    assert f"torch {torch.__version__} (CUDA 13.0) cannot use this node's NVIDIA GPUs" in found
+    assert "the NVIDIA driver is 570.86.15, and CUDA 13 needs driver 580 or newer" in found
+    assert "train.device: cpu" in found
+    # a new enough driver with CUDA still unavailable: said as it is
+    (tmp_path / "version").write_text(DRIVER_580)
+    assert nvidia_driver(tmp_path / "version") == "580.65.06"
+    (found,) = problems(needs, import_modules=False)
+    assert "the NVIDIA driver is 580.65.06" in found and "CUDA_VISIBLE_DEVICES" in found
+    # GPUs hidden on purpose, or CUDA working: nothing to say
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    assert problems(needs, import_modules=False) == []
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert problems(needs, import_modules=False) == []
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="needs torch")
+def test_the_training_job_stops_at_the_package_check_naming_the_driver(monkeypatch, tmp_path: Path,
+                                                                       tiny_model_dir: Path, capsys) -> None:
+    from olmpipe.job import packages
+    from olmpipe.train.cli import main
+
+    _cuda13_torch_without_cuda(monkeypatch, tmp_path, DRIVER_570)
+    monkeypatch.setattr(packages, "nvidia_gpus", lambda root=None: 8)
+    job = {"train": {"wandb": {"mode": "disabled"}}}  # train.device: auto
+    code = main(["--seed", "0", "--model", str(tiny_model_dir), "--pages", "p.jsonl", "--tests-dir", "t",
+                 "--run-dir", str(tmp_path / "run"), "--config-json", json.dumps(job)])
+    err = capsys.readouterr().err
+    assert code == 2 and "570.86.15" in err and "580 or newer" in err and not (tmp_path / "run").exists()
+
+
 def test_unsupported_broken_and_supported_versions(tmp_path: Path) -> None:
     old = fake_distribution(tmp_path / "old", "deepspeed", "0.10.0")
     proc = run_check(["--strategy", "zero2", "--processes", "2"], old)

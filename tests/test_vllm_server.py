@@ -136,7 +136,19 @@ def test_trl_vllm_serve_parses_the_command():
     assert (args.model, args.host, args.port, args.tensor_parallel_size, args.data_parallel_size) == (
         "/models/qwen", "127.0.0.1", 8123, 1, 1)
     assert (args.gpu_memory_utilization, args.max_model_len, args.dtype, args.enable_prefix_caching) == (
-        0.5, 16384, "float32", True)
+        0.5, 16384, "bfloat16", True)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "auto"])
+def test_the_server_serves_bf16_whatever_the_trainer_computes_in(dtype):
+    """Issue 31, item 19: the plan counts the server's weights and KV cache at 2 bytes (VLLM_BYTES),
+    as precision.py documents; train.dtype: float32 (float32 compute) must not double both
+    (--kv-cache-dtype auto follows --dtype, trl/scripts/vllm_serve.py 150-155)."""
+    from olmpipe.plan.memory import VLLM_BYTES
+
+    cfg = load_config(overrides={"train": {"dtype": dtype, "grpo": {"vllm_max_model_length": 4096}}})
+    cmd = build_command(cfg, "m", ["0"], 8000)
+    assert cmd[cmd.index("--dtype") + 1] == "bfloat16" and VLLM_BYTES == 2
 
 
 def test_raw_logprobs_reach_vllm_after_trls_own_mode():
@@ -179,7 +191,7 @@ def test_server_answers_then_leaves_nothing_behind(tmp_path, monkeypatch):
     with ManagedVLLMServer(cfg, "model", tmp_path / "run", gpus=["7"]) as server:
         assert health(server.url) == 200
         assert server.grpo_overrides() == {"vllm_server_base_url": None, "vllm_server_host": "127.0.0.1",
-                                           "vllm_server_port": server.port}
+                                           "vllm_server_port": server.port, "vllm_group_port": server.group_port}
         start = events(record)[0]
         assert start["pgid"] == start["pid"] != os.getpgrp()  # its own process group
         assert start["env"] == {"CUDA_VISIBLE_DEVICES": "7"}  # its GPU, no torch.distributed variables
@@ -259,6 +271,48 @@ def test_server_ignoring_sigterm_is_killed_after_the_grace(tmp_path):
                            gpus=["0"]):
         pass
     assert_nothing_left(record)
+
+
+def _listening(port: int = 0, host: str = ""):
+    import socket
+
+    sock = socket.socket()
+    sock.bind((host, port))
+    sock.listen()
+    return sock
+
+
+def test_each_server_job_gets_a_free_weight_sync_group_port(tmp_path):
+    """Issue 31, item 15: TRL's weight-sync group binds vllm_group_port (default 51216,
+    trl/trainer/grpo_config.py 647-648) on the node: the job's overrides name a free port of the node
+    instead, as they do for the HTTP port, so two server-mode jobs on one node do not clash."""
+    from olmpipe.train.vllm_server import TRL_GROUP_PORT
+
+    cfg = make_cfg(tmp_path / "r")
+    try:
+        held = _listening(TRL_GROUP_PORT)  # another job's group
+    except OSError:
+        held = None  # taken by something else already: the point stands
+    try:
+        first = ManagedVLLMServer(cfg, "m", tmp_path, gpus=["0"]).grpo_overrides()["vllm_group_port"]
+        assert first != TRL_GROUP_PORT
+        with _listening(first):  # the first job's group is up: the second job gets another port
+            second = ManagedVLLMServer(cfg, "m", tmp_path, gpus=["0"]).grpo_overrides()["vllm_group_port"]
+        assert second not in (first, TRL_GROUP_PORT)
+    finally:
+        if held is not None:
+            held.close()
+    # one the config names is checked on every interface (the group binds the node's address)
+    with _listening() as busy:
+        port = busy.getsockname()[1]
+        knobs = {**cfg["train"]["grpo"], "vllm_group_port": port}
+        with pytest.raises(VLLMServerError, match=f"train.grpo.vllm_group_port {port} is in use"):
+            ManagedVLLMServer(cfg, "m", tmp_path, gpus=["0"], knobs=knobs)
+    free = _listening()
+    port = free.getsockname()[1]
+    free.close()
+    knobs = {**cfg["train"]["grpo"], "vllm_group_port": port}
+    assert ManagedVLLMServer(cfg, "m", tmp_path, gpus=["0"], knobs=knobs).grpo_overrides()["vllm_group_port"] == port
 
 
 def test_configured_port_in_use_is_refused(tmp_path):

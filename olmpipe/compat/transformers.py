@@ -1,4 +1,5 @@
-"""What olmpipe reads from transformers models beyond their documented use.
+"""What olmpipe reads from transformers models beyond their documented use (and the one record of a
+model's load it corrects: :func:`keep_used_weight_conversions`).
 
 Checked against transformers 5.17 and 5.24 (importing this module checks the installed release:
 :func:`olmpipe.compat.versions.require`); ``tests/test_compat.py`` runs it on real models in both
@@ -50,3 +51,27 @@ def for_installed(knobs: dict[str, Any], config_class: Any) -> dict[str, Any]:
             if not out.get(old):  # an explicitly set old name wins
                 out[old] = value
     return out
+
+
+def keep_used_weight_conversions(model: Any) -> int:
+    """Keep on ``model`` only the weight conversions its ZeRO-3 load used; returns how many were dropped.
+
+    transformers 5 renames checkpoint keys while loading (Qwen2.5-VL: ``model.*`` -> ``model.language_model.*``,
+    ``visual.*`` -> ``model.visual.*``) and reverts the conversions recorded on the model,
+    ``model._weight_conversions`` (private), when it saves (``revert_weight_conversion``,
+    ``core_model_loading.py:2024-2051`` in 5.24, 1803-1830 in 5.17). The plain load records the ones
+    that matched a weight (``was_used()``, ``core_model_loading.py:2017-2019`` [1796-1798]); the ZeRO-3
+    load (``zero.Init``, ``integrations/deepspeed.py:481-485`` [462-466]) records every conversion of
+    the mapping, so a save reverts renamings that never happened too -- a Qwen2.5-VL loaded under
+    ZeRO-3 saved its language model as ``model.model.*`` (checkpoints and the final ``model/``), keys
+    ``from_pretrained`` no longer matches. This records what the plain load does.
+    """
+    conversions = getattr(model, "_weight_conversions", None)
+    if not conversions:
+        return 0
+    if not all(hasattr(c, "was_used") for c in conversions):
+        raise UpstreamChangedError("transformers' weight conversions have no was_used() (5.17-5.24 "
+                                   "core_model_loading.py); update olmpipe/compat/transformers.py")
+    used = [c for c in conversions if c.was_used()]
+    model._weight_conversions = used
+    return len(conversions) - len(used)

@@ -11,15 +11,17 @@ drives every seam through the installed classes. Line numbers are TRL 1.16.0's, 
   ``_load_from_checkpoint`` -> :meth:`~TrainerSeams.restore_checkpoint`, ``_load_best_model`` ->
   :meth:`~TrainerSeams.restore_best_model`, ``save_model``'s private ``_internal_call`` (the call
   that writes a checkpoint) -> :meth:`~TrainerSeams.checkpoint_weights_wanted`, and
-  ``_get_train_sampler`` -> :meth:`~GRPOTrainerSeams.make_train_sampler`.
+  ``_get_train_sampler`` -> :meth:`~GRPOTrainerSeams.make_train_sampler`, ``_build_accelerator_args``
+  -> :meth:`~TrainerSeams.configure_ddp`.
 - :class:`EpochSeededRepeatSampler` subclasses TRL's ``RepeatSampler`` (``trl/trainer/utils.py``,
   not exported) and relies on its attributes; :func:`epoch_seeded` rebuilds TRL's sampler from its
   constructor's parameters and refuses one it cannot carry over.
 - :func:`latest_generation_batch` reads ``GRPOTrainer._logs``, TRL's record of the latest generation.
-- :func:`selective_log_softmax` is TRL's (not exported) completion log-probabilities.
-- :func:`after_vllm_weight_sync`, :func:`vllm_weight_stream` / :func:`set_vllm_weight_stream`,
-  :func:`vllm_sync_sharding`: TRL's ``VLLMGeneration`` (``trl/generation/vllm_generation.py``),
-  whose ``sync_weights`` and private ``_iter_named_params`` / ``_dist`` the trainer adjusts.
+- :func:`add_fused_lm_head` is TRL's (not exported) fused LM head of the policy's log-probabilities.
+- :func:`after_vllm_weight_sync`, :func:`after_server_weight_sync`, :func:`vllm_server_post`,
+  :func:`vllm_weight_stream` / :func:`set_vllm_weight_stream`, :func:`vllm_sync_sharding`: TRL's
+  ``VLLMGeneration`` (``trl/generation/vllm_generation.py``), whose ``sync_weights``, client and
+  private ``_iter_named_params`` / ``_dist`` the trainer adjusts.
 """
 
 from __future__ import annotations
@@ -41,9 +43,9 @@ from trl.trainer.utils import RepeatSampler
 logger = logging.getLogger(__name__)
 
 __all__ = ["EpochSeededRepeatSampler", "GRPOTrainerSeams", "GenerationBatch", "SFTTrainerSeams", "TrainerSeams",
-           "after_vllm_weight_sync",
-           "epoch_seeded", "latest_generation_batch", "selective_log_softmax", "set_vllm_weight_stream",
-           "vllm_sync_sharding", "vllm_weight_stream"]
+           "add_fused_lm_head", "after_server_weight_sync", "after_vllm_weight_sync", "colocated_llm", "epoch_seeded",
+           "latest_generation_batch", "set_vllm_weight_stream", "vllm_server_post", "vllm_sync_sharding",
+           "vllm_weight_stream"]
 
 NamedTensors = Iterator[tuple[str, Any]]
 
@@ -115,7 +117,11 @@ class TrainerSeams:
     - ``save_model(output_dir, _internal_call)`` (``trainer.py:4085`` [3930]): ``_internal_call=True``
       is the call of ``_save_checkpoint`` (``trainer.py:3377`` [3229]), which writes the Hugging Face
       copy of the weights into a checkpoint before the optimizer and DeepSpeed states ->
-      :meth:`checkpoint_weights_wanted`.
+      :meth:`checkpoint_weights_wanted`;
+    - ``_build_accelerator_args(**kwargs)`` (``trainer.py:741-781`` [715-755]), which makes the
+      ``Accelerator``'s DDP settings (``DistributedDataParallelKwargs`` at ``:766`` [740]: only
+      ``find_unused_parameters``, ``bucket_cap_mb``, ``broadcast_buffers``, ``static_graph``) ->
+      :meth:`configure_ddp` on that object.
     """
 
     def restore_checkpoint(self, checkpoint: str, model: Any) -> bool:
@@ -129,6 +135,22 @@ class TrainerSeams:
     def checkpoint_weights_wanted(self, output_dir: str | None) -> bool:
         """Whether the checkpoint being written into ``output_dir`` gets the Hugging Face copy of the weights."""
         return True
+
+    def configure_ddp(self, ddp_kwargs: Any) -> None:
+        """Adjust the ``accelerate.utils.DistributedDataParallelKwargs`` the Trainer's ``Accelerator``
+        wraps the model in DDP with (used only when it runs DDP); by default nothing changes."""
+
+    def _build_accelerator_args(self, **kwargs: Any) -> dict[str, Any]:
+        from accelerate.utils import DistributedDataParallelKwargs
+
+        args = super()._build_accelerator_args(**kwargs)
+        handlers = [h for h in args.get("kwargs_handlers") or [] if isinstance(h, DistributedDataParallelKwargs)]
+        if len(handlers) != 1:
+            raise UpstreamChangedError(
+                f"transformers' Trainer._build_accelerator_args made {len(handlers)} DistributedDataParallelKwargs, "
+                "not the one olmpipe configures (transformers 5.24 trainer.py:766); update olmpipe/compat/trl.py")
+        self.configure_ddp(handlers[0])
+        return args
 
     def _load_from_checkpoint(self, resume_from_checkpoint: str, model: Any = None) -> None:
         if not self.restore_checkpoint(resume_from_checkpoint, model if model is not None else self.model):
@@ -215,13 +237,16 @@ def latest_generation_batch(trainer: Any) -> GenerationBatch | None:
     )
 
 
-def selective_log_softmax(logits: Any, index: Any) -> Any:
-    """Log-probabilities of the tokens ``index`` under ``logits``: TRL's memory-lean gather
-    (``selective_log_softmax``, ``trl/trainer/utils.py:538``, not exported). Used by
-    benchmarks/gpu_check.py's memory probe, whose peak must be what TRL's own computation takes."""
-    from trl.trainer.utils import selective_log_softmax as trl_selective_log_softmax
+def add_fused_lm_head(model: Any, temperature: float = 1.0) -> None:
+    """Patch ``model`` with TRL 1.16's fused LM head, as ``GRPOTrainer.__init__`` does for the policy and
+    the reference model (``grpo_trainer.py:1066-1077``; ``add_fused_lm_head``, ``trl/trainer/utils.py:1548``,
+    not exported): ``model(..., labels=labels, fused_lm_head=True)`` then returns the completion
+    tokens' log-probabilities computed in ``[4096, 32768]`` tiles (``trl/kernels/chunked_logprob.py:31``,
+    ``utils.py:1506``), never the whole logits. Used by benchmarks/gpu_check.py's memory probes, whose
+    peak must be what TRL's own computation takes (``grpo_trainer.py:1497-1498``)."""
+    from trl.trainer.utils import add_fused_lm_head as trl_add_fused_lm_head
 
-    return trl_selective_log_softmax(logits, index)
+    trl_add_fused_lm_head(model, temperature=temperature, outputs=("log_probs",))
 
 
 # ------------------------------------------------------------------ the weight sync to vLLM
@@ -249,6 +274,57 @@ def after_vllm_weight_sync(trainer: Any, callback: Callable[[Any], None]) -> boo
         result = sync(*args, **kwargs)
         if getattr(generation, "llm", None) is not None:
             callback(generation.llm)
+        return result
+
+    generation.sync_weights = sync_then
+    return True
+
+
+def colocated_llm(trainer: Any) -> Any:
+    """The colocated ``vllm.LLM`` of a trainer with ``vllm_mode: colocate`` (``vllm_generation.py``
+    347), else None."""
+    generation = _generation(trainer)
+    if generation is None or getattr(generation, "mode", None) != "colocate":
+        return None
+    return getattr(generation, "llm", None)
+
+
+def vllm_server_post(trainer: Any) -> Callable[[str], Any] | None:
+    """``post(path)``: a POST to the trainer's vLLM server through TRL's client, returning the
+    ``requests`` response; None without a server or off the main process.
+
+    TRL 1.16 connects to the server from the main process only (``vllm_generation.py`` 300-308:
+    ``self.vllm_client``), whose ``base_url`` and ``requests.Session`` (``vllm_client.py`` 218,
+    244-248) are reused, with their proxy bypass and retries.
+    """
+    generation = _generation(trainer)
+    if generation is None or getattr(generation, "mode", None) != "server":
+        return None
+    if not generation.accelerator.is_main_process:
+        return None
+    client = generation.vllm_client
+
+    def post(path: str) -> Any:
+        return client.session.post(f"{client.base_url}{path}")
+
+    return post
+
+
+def after_server_weight_sync(trainer: Any, callback: Callable[[], None]) -> bool:
+    """Call ``callback()`` after every weight sync to a vLLM server (``vllm_mode: server``) on the
+    main process; False elsewhere (no server, or not the main process, which posts nothing).
+
+    As :func:`after_vllm_weight_sync`: the instance's ``sync_weights`` (``vllm_generation.py:481-517``,
+    whose server branch ends with ``vllm_client.reset_prefix_cache()``, 513-515) is wrapped.
+    """
+    if vllm_server_post(trainer) is None:
+        return False
+    generation = _generation(trainer)
+    sync = generation.sync_weights
+
+    def sync_then(*args: Any, **kwargs: Any) -> Any:
+        result = sync(*args, **kwargs)
+        callback()
         return result
 
     generation.sync_weights = sync_then

@@ -9,7 +9,9 @@ is used, so the main environment, which has no vLLM, never imports this module.
   (an internal module function) for the whole process, and :func:`keep_cpu_expert_weights` the
   CPU mixture-of-experts method's ``process_weights_after_loading`` and ``apply``;
 - :func:`drop_stale_caches` calls ``LLM.llm_engine.reset_encoder_cache`` (the engine object behind the
-  public ``LLM``; ``LLM`` itself has no such method).
+  public ``LLM``; ``LLM`` itself has no such method);
+- :func:`repacked_moe_backends` reads which mixture-of-experts kernel each layer of the engine's
+  model picked (``quant_method.unquantized_backend``), through the path TRL's colocated sync writes to.
 """
 
 from __future__ import annotations
@@ -115,3 +117,39 @@ def drop_stale_caches(llm: Any) -> None:
     """
     llm.reset_prefix_cache()
     llm.llm_engine.reset_encoder_cache()
+
+
+#: vLLM 0.31's unquantized MoE backends (``UnquantizedMoeBackend`` names) whose weights stay in the
+#: layout they were loaded in: Triton's conversion is ``.contiguous()`` only
+#: (``model_executor/layers/fused_moe/oracle/unquantized.py`` 469-476), and the CPU experts are kept
+#: plain by :func:`keep_cpu_expert_weights`. Every other backend repacks ``w13``/``w2`` after loading
+#: (432-467: FlashInfer CUTLASS swaps the gate and up halves, ``swap_w13_to_w31``; FlashInfer
+#: TRT-LLM pads and permutes into its block layout; ROCm AITER shuffles; MoonEP and XPU re-lay them).
+KEPT_MOE_BACKENDS = frozenset({"TRITON", "BATCHED_TRITON", "CPU"})
+
+
+def repacked_moe_backends(llm: Any) -> list[str]:
+    """The MoE kernels of a colocated ``llm``'s layers that repack their expert weights after loading
+    (their ``UnquantizedMoeBackend`` values, e.g. ``"FlashInfer CUTLASS"``); empty when none does.
+
+    TRL 1.16's colocated sync writes each tensor with ``model.load_weights([(name, tensor)])`` into
+    ``llm.llm_engine.model_executor.driver_worker.model_runner.model`` (``trl/generation/vllm_generation.py``
+    509-511), which runs the checkpoint-layout weight loader into the repacked storage and never
+    re-runs the layer's ``process_weights_after_loading`` (``unquantized_fused_moe_method.py`` 220-) that
+    repacked it: the experts would compute with scrambled weights after the first sync. vLLM 0.31
+    picks the kernel per GPU (``oracle/unquantized.py`` 50-110, 358-365): FlashInfer first on CUDA
+    except on Hopper (SM90), which puts Triton first; FlashInfer CUTLASS accepts SM 90, 100 and 120
+    (``experts/flashinfer_cutlass_moe.py`` 128-138), TRT-LLM the SM100 family
+    (``experts/trtllm_bf16_moe.py`` 95-101) -- so Blackwell GPUs get a repacking kernel. (Server mode is
+    not affected: its weight transfer re-runs the post-load step per layer,
+    ``distributed/weight_transfer/nccl_engine.py`` 160-174, ``model_loader/reload/layerwise.py``.)
+    """
+    model = llm.llm_engine.model_executor.driver_worker.model_runner.model
+    found = []
+    for module in model.modules():
+        backend = getattr(getattr(module, "quant_method", None), "unquantized_backend", None)
+        if backend is not None and getattr(backend, "name", str(backend)) not in KEPT_MOE_BACKENDS:
+            value = str(getattr(backend, "value", backend))
+            if value not in found:
+                found.append(value)
+    return found

@@ -19,9 +19,21 @@ saves NaN weights (its ``logging_nan_inf_filter`` even hides the loss from the l
 the gradients before the update (``on_pre_optimizer_step``) and the weights after it
 (``on_optimizer_step``, before any checkpoint of that step is written), and raises
 :class:`NonFiniteStop` naming the step and the first bad tensor (exit code :data:`EXIT_NON_FINITE`).
-The checks cost one float32 sum per trained tensor and one synchronisation per step. Under DeepSpeed the
-update happens inside ``backward`` (the gradient check sees none) and under ZeRO-3 a rank holds no
-full weights outside the forward pass: there the loss check is what remains.
+The checks cost one float32 sum per trained tensor and one synchronisation per step.
+
+Under DeepSpeed the update happens inside ``backward``: accelerate's ``DeepSpeedEngineWrapper.backward``
+calls ``engine.step()`` at the accumulation boundary (accelerate 1.15 ``utils/deepspeed.py`` 264-281),
+before transformers calls ``on_pre_optimizer_step`` (``trainer.py`` 1942), so the module's gradients
+are gone by then (None under ZeRO-2, empty partitions under ZeRO-3); and DeepSpeed 0.19 *skips* a
+step whose gradient norm is not finite, silently (bf16 ``check_grad_overflow`` defaults to True,
+``runtime/precision_config.py`` 56; ZeRO-2 ``zero/stage_1_and_2.py`` 3028-3067, ZeRO-3
+``zero/stage3.py`` 2826-2830 and 2883-2894: the norm becomes ``inf``, the gradients are dropped).
+There the gradient check reads what the engine computed instead: its global gradient norm
+(``engine.get_global_grad_norm()``, ``runtime/engine.py`` 1357-1368; DeepSpeed's own test of it,
+``runtime/utils.py`` 231-234) and whether the step was applied (``engine.was_step_applied()``,
+2813-2821). The weight check reads, under ZeRO-3, the float32 master partition each rank owns
+(``deepspeed.utils.safe_get_local_fp32_param``, ``utils/tensor_fragment.py`` 289-299) where the
+module holds none; ZeRO-2's module keeps whole bf16 weights, checked as they are.
 
 In several processes every decision is gathered over the ranks, so all of them stop at the same
 step (a rank stopping alone would leave the others waiting in a collective).
@@ -203,6 +215,32 @@ def _first_nonfinite(named: Iterable[tuple[str, Any]]) -> str | None:
     return None
 
 
+def _deepspeed_gradient_problem(engine: Any) -> str | None:
+    """What was wrong with the gradients of the step DeepSpeed just ran (None: nothing); see the
+    module docstring."""
+    import math
+
+    norm = engine.get_global_grad_norm()
+    if norm is not None:
+        value = float(norm)
+        if not math.isfinite(value) or value < 0:
+            return (f"the gradient norm is {value} (not finite), and DeepSpeed skipped this update "
+                    "(its overflow check drops such gradients)")
+    if not engine.was_step_applied():
+        return "DeepSpeed skipped this update: its gradients were not finite (overflow)"
+    return None
+
+
+def _deepspeed_local_masters(trained: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
+    """``trained`` with each ZeRO-3 parameter replaced by the float32 master partition this rank owns
+    (the module's own partition is empty outside the forward pass)."""
+    if not any(hasattr(p, "ds_id") for _, p in trained):
+        return trained
+    from deepspeed.utils import safe_get_local_fp32_param
+
+    return [(n, safe_get_local_fp32_param(p) if hasattr(p, "ds_id") else p) for n, p in trained]
+
+
 class StopOnNonFinite(TrainerCallback):
     """Raises :class:`NonFiniteStop` at the first optimizer step whose loss or gradients (before the
     update) or weights (after it) hold a NaN or infinity; ``trainer`` is an
@@ -221,22 +259,35 @@ class StopOnNonFinite(TrainerCallback):
             "without a final model; lower train.grpo.learning_rate (or check the rewards: a reward of "
             "inf or NaN makes the advantages NaN) and run again to continue from the last checkpoint.")
 
+    def _engine(self) -> Any:
+        """The DeepSpeed engine of a DeepSpeed run (None otherwise)."""
+        trainer = self.trainer
+        if trainer is None or not getattr(trainer, "is_deepspeed_enabled", False):
+            return None
+        return getattr(trainer, "deepspeed", None) or getattr(trainer, "model_wrapped", None)
+
     def on_pre_optimizer_step(self, args, state, control, model=None, **kwargs):
         loss = self.trainer.take_nonfinite_loss() if self.trainer is not None else None
         grad = None
-        if model is not None:
-            grad = _first_nonfinite([(n, p.grad) for n, p in model.named_parameters() if p.requires_grad])
+        engine = self._engine()
+        if engine is not None:
+            grad = _deepspeed_gradient_problem(engine)
+        elif model is not None:
+            name = _first_nonfinite([(n, p.grad) for n, p in model.named_parameters() if p.requires_grad])
+            grad = None if name is None else f"the gradient of {name} is not finite"
         local = loss is not None or grad is not None
         if self._any_rank(local):
             if loss is not None:
                 self._raise(f"the loss is {loss} (not finite)", state)
             if grad is not None:
-                self._raise(f"the gradient of {grad} is not finite", state)
+                self._raise(grad, state)
             self._raise("another process saw a non-finite loss or gradient", state)
         return control
 
     def on_optimizer_step(self, args, state, control, model=None, **kwargs):
         trained = [(n, p) for n, p in model.named_parameters() if p.requires_grad] if model is not None else []
+        if self._engine() is not None:
+            trained = _deepspeed_local_masters(trained)
         bad = _first_nonfinite(trained)  # frozen weights (a LoRA base) cannot have changed
         if self._any_rank(bad is not None):
             lr = args.learning_rate

@@ -16,7 +16,10 @@ multi-process launcher, for the strategy's packages (accelerate would otherwise 
 own message), by installed version only, so that the long-lived supervisor imports nothing; and
 every rank of :mod:`olmpipe.train.cli` before training, which also imports them (TRL and accelerate
 import them in that process anyway) so that a broken install is caught too, and checks torch's
-build when the node has NVIDIA GPUs and ``train.device`` is not ``cpu``.
+build when the node has NVIDIA GPUs and ``train.device`` is not ``cpu``: a CUDA build that cannot
+reach them (``torch.cuda.is_available()`` False: an NVIDIA driver older than the build's CUDA
+needs, 580 for torch 2.13.0's CUDA 13.0) stops the job there, naming the driver, instead of letting
+``train.device: auto`` load the model on the CPU.
 
 Supported versions (:data:`SUPPORTED`) are the ``vllm``, ``deepspeed`` and ``qlora`` (bitsandbytes) extras of
 ``pyproject.toml`` (``tests/test_setup_gpu.py`` keeps them equal):
@@ -34,6 +37,8 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
+import re
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -56,6 +61,14 @@ SUPPORTED = {
 VLLM_MODES = ("none", "colocate", "server")
 #: One folder per GPU that the loaded NVIDIA driver sees (Linux).
 NVIDIA_GPUS_DIR = "/proc/driver/nvidia/gpus"
+#: The loaded NVIDIA kernel module's version line (Linux): "NVRM version: NVIDIA UNIX x86_64 Kernel
+#: Module  570.86.15  ..." (or "... Open Kernel Module for x86_64  580.65.06 ...").
+NVIDIA_DRIVER_VERSION_FILE = "/proc/driver/nvidia/version"
+#: The oldest driver branch that runs each CUDA major version torch may be built for: NVIDIA's
+#: "Supported Drivers and CUDA Toolkit Versions" (data-center drivers, table 2: R580 supports CUDA
+#: 13.0+, R535 and R570 CUDA 12.x, all through minor version compatibility; CUDA 12.0 itself needs
+#: 525). torch 2.13.0's default wheel is a CUDA 13.0 build (README, scripts/setup.sh: driver 580).
+CUDA_MIN_DRIVER = {13: 580, 12: 525}
 
 
 class MissingPackageError(RuntimeError):
@@ -147,14 +160,48 @@ def _version_problem(need: Need) -> str | None:
     return None
 
 
+def nvidia_driver(path: str | Path | None = None) -> str | None:
+    """The loaded NVIDIA driver's version (``"570.86.15"``), None without one or when unreadable."""
+    try:
+        text = Path(path or NVIDIA_DRIVER_VERSION_FILE).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    found = re.search(r"Kernel Module.*?\s(\d+\.\d+(?:\.\d+)?)(?:\s|$)", text)
+    return found.group(1) if found else None
+
+
+def _cuda_problem(module: Any, need: Need) -> str | None:
+    """Why a CUDA build of torch cannot train on this node's GPUs (None when it can): a CPU-only
+    build, or CUDA unavailable -- with ``train.device: auto`` the job would load the model on the CPU
+    and fail much later (in NCCL or vLLM), so it stops here, naming the driver when it is too old
+    for the build's CUDA (:data:`CUDA_MIN_DRIVER`). A job whose ``CUDA_VISIBLE_DEVICES`` hides every
+    GPU on purpose (empty or ``-1``) is left to train on the CPU."""
+    version = getattr(module, "__version__", "?")
+    cuda = getattr(getattr(module, "version", None), "cuda", None)
+    if cuda is None:
+        return f"torch {version} is a CPU-only build; {need.reason} needs a CUDA build"
+    if os.environ.get("CUDA_VISIBLE_DEVICES", None) in ("", "-1") or module.cuda.is_available():
+        return None
+    driver = nvidia_driver()
+    major = int(str(cuda).split(".")[0])
+    minimum = CUDA_MIN_DRIVER.get(major)
+    what = (f"torch {version} (CUDA {cuda}) cannot use this node's NVIDIA GPUs (torch.cuda.is_available() "
+            f"is False), which {need.reason} needs")
+    if driver is not None and minimum is not None and int(driver.split(".")[0]) < minimum:
+        return (f"{what}: the NVIDIA driver is {driver}, and CUDA {major} needs driver {minimum} or newer. "
+                f"Update the driver, install a torch built for the driver's CUDA, or set train.device: cpu to "
+                "train on the CPU on purpose")
+    return (f"{what}; the NVIDIA driver is {driver or 'unreadable'} ({NVIDIA_DRIVER_VERSION_FILE}). Check "
+            "CUDA_VISIBLE_DEVICES and the driver (nvidia-smi), or set train.device: cpu to train on the CPU on purpose")
+
+
 def _import_problem(need: Need) -> str | None:
     try:
         module = importlib.import_module(need.module)
     except Exception as exc:  # noqa: BLE001 - any failure to import is the problem to report
         return f"{need.module} is installed but does not import ({type(exc).__name__}: {exc}); {need.reason} needs it"
-    if need.cuda and getattr(getattr(module, "version", None), "cuda", None) is None:
-        version = getattr(module, "__version__", "?")
-        return f"torch {version} is a CPU-only build; {need.reason} needs a CUDA build"
+    if need.cuda:
+        return _cuda_problem(module, need)
     return None
 
 

@@ -376,9 +376,59 @@ ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors", "README.md"
 OPTIONAL_ADAPTER_FILES = ("README.md", "training_args.bin")
 
 
-def copy_checkpoint_adapter(checkpoint: str | Path, out_dir: Path) -> None:
-    """Copy a checkpoint's adapter files (:data:`ADAPTER_FILES`) into ``out_dir`` (a finished run's last checkpoint)."""
+def copy_checkpoint_adapter(checkpoint: str | Path, out_dir: Path, base: Any = None, peft_config: Any = None) -> None:
+    """Copy a checkpoint's adapter files (:data:`ADAPTER_FILES`) into ``out_dir`` (a finished run's last
+    checkpoint); with the run's ``base`` model and ``peft_config``, a DeepSpeed checkpoint's adapter
+    tensors are its float32 masters (:func:`adapter_from_fp32_masters`), not the copy in the file."""
     out_dir.mkdir(parents=True, exist_ok=True)
     for name in ADAPTER_FILES:
         if name not in OPTIONAL_ADAPTER_FILES or (Path(checkpoint) / name).exists():
             shutil.copy2(Path(checkpoint) / name, out_dir / name)
+    if base is not None:
+        adapter_from_fp32_masters(base, peft_config, checkpoint, out_dir / "adapter_model.safetensors")
+
+
+def adapter_from_fp32_masters(base: Any, peft_config: Any, checkpoint: str | Path, path: Path) -> bool:
+    """Rewrite the adapter file ``path`` (a copy of ``checkpoint``'s) with the float32 master weights of
+    a DeepSpeed checkpoint; False (nothing done) for other checkpoints.
+
+    Under DeepSpeed with bf16 the module the Trainer saves into a checkpoint is DeepSpeed's bf16 copy
+    (``Trainer.save_model`` -> ``accelerator.get_state_dict(self.deepspeed)``, transformers 5.24
+    ``trainer.py:4109-4121``; the cast: DeepSpeed 0.19 ``runtime/engine.py`` 2080-2088), so its
+    ``adapter_model.safetensors`` holds the adapter rounded to bf16, while a run that trains to its end
+    saves the float32 masters (:func:`olmpipe.job.precision.save_final_weights`). The masters come
+    from the ZeRO files (:func:`olmpipe.job.precision.fp32_weights_from_checkpoint`, live names such as
+    ``...q_proj.lora_A.default.weight``); PEFT names them as it saves them (``get_peft_model_state_dict``
+    on ``base`` wrapped with ``peft_config``), and the file must then hold exactly those tensors with
+    those shapes, else :class:`~olmpipe.job.errors.CheckpointLoadError`. ``base`` is wrapped in place.
+    """
+    from olmpipe.job.precision import fp32_weights_from_checkpoint
+
+    masters = fp32_weights_from_checkpoint(checkpoint)
+    if masters is None:
+        return False
+    import torch
+    from peft import get_peft_model, get_peft_model_state_dict
+    from safetensors.torch import load_file, save_file
+
+    from olmpipe.job.errors import CheckpointLoadError
+
+    model = get_peft_model(base, peft_config)
+    params = dict(model.named_parameters())
+    unknown = sorted(set(masters) - set(params))
+    missing = sorted(n for n, p in params.items() if p.requires_grad and n not in masters)
+    if unknown or missing:
+        raise CheckpointLoadError(f"{checkpoint}: DeepSpeed's float32 weights do not fit the adapter ({len(missing)} "
+                                  f"missing, e.g. {missing[:3]}; {len(unknown)} unknown, e.g. {unknown[:3]})")
+    with torch.no_grad():
+        for name, tensor in masters.items():
+            params[name].data = tensor.detach().to("cpu", torch.float32).clone()
+    state = {k: v.detach().contiguous() for k, v in get_peft_model_state_dict(model).items()}
+    stored = load_file(str(path), device="cpu")
+    wrong = sorted(k for k in set(state) & set(stored) if tuple(state[k].shape) != tuple(stored[k].shape))
+    if set(state) != set(stored) or wrong:
+        raise CheckpointLoadError(f"{checkpoint}: the adapter file's tensors are not the adapter DeepSpeed trained "
+                                  f"({sorted(set(state) ^ set(stored))[:3]}, shapes {wrong[:3]})")
+    save_file(state, str(path), metadata={"format": "pt"})
+    logger.info("adapter of %s written from DeepSpeed's float32 masters (%d tensors)", checkpoint, len(state))
+    return True

@@ -67,7 +67,8 @@ def finish_from_checkpoint(setup: JobSetup, loaded: LoadedModel, record: Mapping
     """Write the final model from ``checkpoint``, which already holds the whole run (a DeepSpeed
     checkpoint's float32 masters, not its bf16 module copy), recorded with the rewards, dataset,
     wandb run and LoRA settings it stored (older checkpoints: today's ``record``, as before the
-    record existed). Training on would pass ``max_steps`` and rotate older checkpoints away."""
+    record existed). Training on would pass ``max_steps`` and rotate older checkpoints away. ``loaded``
+    is the base model on the CPU (:func:`olmpipe.job.load.load_model` with ``publish_only``)."""
     from olmpipe.job.peft import adapter_and_merged_writer, copy_checkpoint_adapter
     from olmpipe.job.precision import restore_fp32_masters
     from olmpipe.job.trainer import load_checkpoint_weights
@@ -82,8 +83,9 @@ def finish_from_checkpoint(setup: JobSetup, loaded: LoadedModel, record: Mapping
     main = rank() == 0
     model, processor = loaded.model, loaded.processor
     if loaded.peft_config is not None:
+        # a DeepSpeed checkpoint's adapter from its float32 masters, as the finished run saves it
         save_weights = adapter_and_merged_writer(
-            lambda path: copy_checkpoint_adapter(checkpoint, path) if main else None,
+            lambda path: copy_checkpoint_adapter(checkpoint, path, model, loaded.peft_config) if main else None,
             processor, setup.model_path, setup.final_dir, main, barrier)
     else:
         # only rank 0 writes; a DeepSpeed checkpoint written on a stop has no weights copy

@@ -105,7 +105,7 @@ def _from_training_set(steps: TrainerSteps, setup: JobSetup, flag: SignalFlag) -
     prepared = steps.prepare(setup, processor, data)
     try:
         if start.checkpoint is not None and 0 < setup.max_steps <= start.step:
-            loaded = load_model(setup, processor)
+            loaded = load_model(setup, processor, publish_only=True)
             finish_from_checkpoint(setup, loaded, prepared.record, start.checkpoint, start.step, start.settings)
             return 0
         with contextlib.ExitStack() as stack:

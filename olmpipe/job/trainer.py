@@ -129,7 +129,8 @@ class ResumableTrainer:
     - :meth:`checkpoint_weights_wanted`: no weights copy in a stop signal's DeepSpeed checkpoint;
     - :meth:`training_step` keeps each micro-batch's loss for :meth:`take_nonfinite_loss`
       (:class:`olmpipe.job.health.StopOnNonFinite`);
-    - :meth:`prepare_adapter`: LoRA's trained tensors in float32 before the optimizer exists.
+    - :meth:`prepare_adapter`: LoRA's trained tensors in float32 before the optimizer exists;
+    - :meth:`configure_ddp`: DDP's gradients are views into its all-reduce buckets.
     """
 
     #: Set by :class:`olmpipe.job.callbacks.StopOnSignal` when a stop signal arrived: the checkpoint
@@ -153,6 +154,20 @@ class ResumableTrainer:
         cast = restore_fp32_adapter(self.model)
         if cast:
             logger.info("trained tensors of the adapter and modules_to_save cast to float32: %d", cast)
+
+    def configure_ddp(self, ddp_kwargs: Any) -> None:
+        """DDP with ``gradient_as_bucket_view=True``: each gradient is a view into DDP's all-reduce
+        bucket instead of a second float32 copy of it (4 bytes per parameter less on every rank).
+
+        transformers leaves it unset (``trainer.py:758-766``), accelerate's default is False
+        (``utils/dataclasses.py:188``), as torch 2.13's (``torch/nn/parallel/distributed.py:828``;
+        its docstring, 731-742: the view "can reduce peak memory usage, where the saved memory size
+        will be equal to the total gradients size"). Torch's one caveat is ``detach_()`` on a gradient;
+        neither transformers' step (``zero_grad`` sets gradients to None, which torch allows) nor
+        olmpipe's health check calls it, and a run with the view ends bitwise equal to one without
+        (``tests/test_train_multiprocess.py``).
+        """
+        ddp_kwargs.gradient_as_bucket_view = True
 
     def checkpoint_weights_wanted(self, output_dir: str | None) -> bool:
         """The Hugging Face copy of the weights in every checkpoint, except the one written on a stop

@@ -188,7 +188,9 @@ def load_model(path: str | Path, *, dtype: Any = None, device: Any = None, quant
     The model class follows the folder's architecture (:func:`model_architecture`). ``dtype`` is a
     torch dtype or its name (``"bfloat16"``); default float32 on CPU, bfloat16 on GPU.
     ``quantization_config`` (a ``BitsAndBytesConfig``, QLoRA) loads the weights quantized straight
-    onto ``device`` (bitsandbytes models cannot be moved afterwards). A folder that cannot be loaded
+    onto ``device`` (bitsandbytes models cannot be moved afterwards). Under DeepSpeed ZeRO-3 (a TRL
+    config made first) the weights load partitioned, each rank's part on its own device, and
+    ``device`` is not used (:mod:`olmpipe.job.load`). A folder that cannot be loaded
     (no weights, a missing shard, tokenizer or chat template) raises
     :class:`olmpipe.models.folder.ModelFolderError` naming the folder and what it lacks.
     """
@@ -208,9 +210,23 @@ def load_model(path: str | Path, *, dtype: Any = None, device: Any = None, quant
         model = model_class.from_pretrained(
             str(path), dtype=dtype, quantization_config=quantization_config, device_map={"": device})
     else:
-        model = model_class.from_pretrained(str(path), dtype=dtype).to(device)
+        model = model_class.from_pretrained(str(path), dtype=dtype)
+        if _zero3_partitioned(model):
+            from olmpipe.compat.transformers import keep_used_weight_conversions
+
+            keep_used_weight_conversions(model)  # else its checkpoints save renamed keys
+        else:
+            model = model.to(device)
     model.eval()
     return model
+
+
+def _zero3_partitioned(model: Any) -> bool:
+    """Whether ``from_pretrained`` built ``model`` under DeepSpeed's ``zero.Init`` (ZeRO-3 with the
+    trainer's config in place: transformers 5.24 ``modeling_utils.py`` 3820-3833). Its parameters are
+    then partitions already on the rank's device (DeepSpeed 0.19 ``partition_parameters.py`` 1168),
+    marked with ``ds_id``, and must not be moved as a whole."""
+    return any(hasattr(p, "ds_id") for p in model.parameters())
 
 
 def load_model_and_processor(path: str | Path, *, dtype: Any = None, device: Any = None,

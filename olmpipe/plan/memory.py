@@ -56,8 +56,10 @@ def training_bytes_per_param(strategy: str, processes: int, weight_bytes: int,
 
     - ``single``/``ddp``: the parameters are the master weights (bf16 only under autocast), so
       weights, gradients and both AdamW moments (torch keeps them in the parameter dtype) are whole
-      on every rank: w + w + 2w (16 bytes with float32 masters, 8 with pure bf16). DDP may add a
-      bucket copy of the gradients; left to the reserve.
+      on every rank: w + w + 2w (16 bytes with float32 masters, 8 with pure bf16). DDP's gradients
+      are views into its all-reduce buckets (``gradient_as_bucket_view``, set by
+      :class:`olmpipe.compat.trl.TrainerSeams`), not a second copy. Under bf16 autocast, float32
+      masters add autocast's bf16 copies of the weights (:func:`autocast_copy_bytes`).
     - ``zero2``: DeepSpeed casts the module to the compute dtype (c, whole); gradients sharded;
       fp32 master weights + fp32 moments (12 bytes, 8 without mixed precision) sharded (ZeRO paper,
       Rajbhandari et al. 2020, Pos+g).
@@ -77,6 +79,24 @@ def training_bytes_per_param(strategy: str, processes: int, weight_bytes: int,
     }
     weights, grads, optimizer = table[strategy]
     return {"weights": weights, "gradients": grads, "optimizer": optimizer}
+
+
+def autocast_copy_bytes(strategy: str, weight_bytes: int, compute_bytes: int, peft: bool = False) -> int:
+    """Bytes per parameter of the bf16 copies torch autocast keeps of float32 weights (0 where there
+    are none): ``single``/``ddp`` full fine-tunes with float32 masters and bf16 compute.
+
+    accelerate wraps the model's forward in ``torch.autocast`` (``utils/modeling.py`` 2099-2113) and
+    TRL 1.16 computes the policy's log-probs under ``accelerator.autocast()`` (``grpo_trainer.py``
+    1497-1498); autocast casts each float32 weight that requires grad to bf16 once and caches the copy
+    until the outermost autocast region exits (torch's ``cached_cast``, ``aten/src/ATen/autocast_mode.cpp``),
+    so at the end of the forward every weight has its 2-byte copy (without activation checkpointing
+    they are also what the matmuls saved for backward). DeepSpeed's module is bf16 already, FSDP2
+    gathers bf16 units (its ``MixedPrecisionPolicy``), pure bf16 has nothing to cast, and LoRA's
+    frozen base is loaded in bf16.
+    """
+    if peft or strategy not in ("single", "ddp") or weight_bytes != 4 or compute_bytes != 2:
+        return 0
+    return 2
 
 
 @dataclass(frozen=True)
@@ -105,6 +125,8 @@ class MemoryPlan:
     image_tokens: int = 0
     page_height: int = 0
     page_width: int = 0
+    #: What a training GPU holds while the job loads, before training (:func:`_load_terms`).
+    load_terms: tuple[Term, ...] = ()
 
     @property
     def all_problems(self) -> tuple[str, ...]:
@@ -115,6 +137,11 @@ class MemoryPlan:
     def train_total(self) -> float:
         """GiB per training GPU."""
         return sum(t.gib for t in self.train_terms)
+
+    @property
+    def load_total(self) -> float:
+        """GiB per training GPU while the job loads (the load peak)."""
+        return sum(t.gib for t in self.load_terms)
 
     @property
     def fits(self) -> bool:
@@ -136,14 +163,16 @@ class MemoryPlan:
         if self.precision:
             lines.append(f"precision: {self.precision}")
         lines.append("")
-        width = max(len(t.name) for t in (*self.train_terms, *self.server_terms))
-        for title, terms in (("per training GPU", self.train_terms), ("vLLM server GPU", self.server_terms)):
+        width = max(len(t.name) for t in (*self.train_terms, *self.server_terms, *self.load_terms))
+        for title, terms, total_name in (("per training GPU", self.train_terms, "total"),
+                                         ("while loading", self.load_terms, "load peak"),
+                                         ("vLLM server GPU", self.server_terms, "total")):
             if not terms:
                 continue
             lines.append(f"{title:<{width}}  {'GiB':>7}  note")
             lines += [f"{t.name:<{width}}  {t.gib:7.1f}  {t.note}" for t in terms]
             total = sum(t.gib for t in terms)
-            lines.append(f"{'total':<{width}}  {total:7.1f}  of {self.gpu_memory_gib:g} GiB")
+            lines.append(f"{total_name:<{width}}  {total:7.1f}  of {self.gpu_memory_gib:g} GiB")
             lines.append("")
         if self.checkpoints is not None:
             lines += [self.checkpoints.table(), ""]
@@ -225,6 +254,12 @@ def _weight_terms(job: _Job) -> list[Term]:
         Term("optimizer states", params * per_param["optimizer"] / GIB, f"AdamW, x {per_param['optimizer']:.3g} B",
              f"resources.{job.kind.section}.strategy: zero2, zero3 or fsdp (shards them; more GPUs shard them thinner)"),
     ]
+    copies = autocast_copy_bytes(strategy, job.weight_bytes, job.w, job.peft["enabled"])
+    if copies:
+        terms.append(Term("autocast weight copies", params * copies / GIB,
+                          f"x {copies} B: bf16 casts of the float32 weights, kept for the forward",
+                          f"resources.{job.kind.section}.strategy: zero2, zero3 or fsdp (their modules compute "
+                          "in bf16 without copies)"))
     beta = job.knobs.get("beta", 0.0)
     if beta > 0 and not job.peft["enabled"]:
         ref = job.w / n if strategy in ("zero3", "fsdp") else job.w
@@ -238,6 +273,75 @@ def _answer_tokens(job: _Job) -> int:
     answers' longest, planned as ``generation.max_new_tokens`` (the answers the stages generate),
     unless ``sft.args.max_length`` caps the whole sequence (:func:`_sequence`)."""
     return job.cfg["generation"]["max_new_tokens"] if job.sft else job.knobs["max_completion_length"]
+
+
+def _load_terms(job: _Job) -> list[Term]:
+    """What each training GPU holds while the job loads, before the first step (:mod:`olmpipe.job.load`).
+
+    The policy as it is loaded, TRL's reference model (``beta > 0``) as ``GRPOTrainer.__init__``
+    prepares it, and a colocated vLLM engine, which TRL builds in the same ``__init__``
+    (``trl/generation/vllm_generation.py`` 347); the optimizer's states come later, at the first step.
+
+    - ``single``/``ddp``: the float32 policy and the bf16 reference whole on each GPU (as when training);
+    - ``zero2``: the policy in the compute dtype, whole (DeepSpeed's module, moved to the GPU by the engine,
+      ``runtime/engine.py`` 2080-2094), the reference whole (TRL's stage-0 engine, ``trl/models/utils.py``
+      285-286);
+    - ``zero3``: both partitioned as they load (``zero.Init``), plus the largest tensor gathered whole
+      while its module loads (:meth:`~olmpipe.plan.shape.ModelShape.largest_tensor`);
+    - ``fsdp``: loaded on the CPU and sharded unit by unit (``fully_shard`` moves a unit to the GPU,
+      then keeps its shard): the float32 shards plus one whole unit
+      (:meth:`~olmpipe.plan.shape.ModelShape.largest_unit`), the reference's shards likewise.
+    """
+    shape, strategy, n, c = job.shape, job.launch.effective_strategy, job.launch.train_processes, job.w
+    params = shape.parameters()
+    peft = job.peft
+    if peft["enabled"]:
+        from olmpipe.plan.lora import base_weight_bytes
+
+        whole, _ = base_weight_bytes(shape, peft, c)
+        unit_bytes = c
+        how = "frozen base"
+    else:
+        per = {"zero2": c, "zero3": c, "fsdp": 4}.get(strategy, job.weight_bytes)
+        whole, unit_bytes = params * per, per
+        how = f"x {per} B"
+    sharded = strategy in ("zero3", "fsdp")
+    if strategy == "zero3":
+        policy = Term("policy", whole / n / GIB, f"{how} / {n} ranks, partitioned as it loads (zero.Init)", "-")
+        extra = Term("largest tensor gathered", shape.largest_tensor() * c / GIB,
+                     f"{shape.largest_tensor() / 1e6:.0f}M x {c} B, whole while its module loads", "-")
+    elif strategy == "fsdp":
+        policy = Term("policy", whole / n / GIB, f"{how} / {n} ranks, sharded from the CPU", "-")
+        extra = Term("FSDP unit being sharded", shape.largest_unit() * unit_bytes / GIB,
+                     f"{shape.largest_unit() / 1e6:.0f}M x {unit_bytes} B, whole until fully_shard shards it", "-")
+    else:
+        policy = Term("policy", whole / GIB, f"{how}, whole" + (" (DeepSpeed's module)" if strategy == "zero2" else ""),
+                      "-")
+        extra = None
+    terms = [policy] + ([extra] if extra is not None else [])
+    if job.knobs.get("beta", 0.0) > 0 and not peft["enabled"]:
+        ref = c / n if sharded else c
+        terms.append(Term("reference model", params * ref / GIB, f"x {ref:.3g} B", "-"))
+    grpo = job.knobs
+    if not job.sft and grpo["use_vllm"] and grpo["vllm_mode"] == "colocate":
+        share = grpo["vllm_gpu_memory_utilization"] * job.gpu_gib
+        terms.append(Term("vLLM share (colocate)", share, "built in GRPOTrainer.__init__", "-"))
+    terms.append(Term("runtime reserve", RUNTIME_RESERVE_GIB, "CUDA context, NCCL, allocator", "-"))
+    return terms
+
+
+def _load_problem(job: _Job, terms: list[Term]) -> str | None:
+    """The problem when the load peak does not fit one GPU (None when it does)."""
+    total = sum(t.gib for t in terms)
+    if total <= job.gpu_gib:
+        return None
+    strategy, section = job.launch.effective_strategy, job.kind.section
+    fix = (f"more training GPUs (resources.{section}.gpu, nodes) shard it thinner" if strategy in ("zero3", "fsdp") else
+           f"resources.{section}.strategy: zero3 (loads partitioned) or fsdp (loads on the CPU and shards)")
+    top = max(terms, key=lambda t: t.gib)
+    return (f"a training GPU holds {total:.1f} GiB while the job loads, before training starts, more than "
+            f"resources.{section}.gpu_memory_gb ({job.gpu_gib:g}); largest: {top.name} ({top.gib:.1f} GiB, {top.note}): "
+            f"{fix}")
 
 
 def _sequence(job: _Job) -> tuple[int, int, int]:
@@ -272,14 +376,19 @@ def _activation_terms(job: _Job) -> list[Term]:
     all_layer_values = dense_layers * dense_values + shape.moe_layers * moe_values
     layer_values = max(dense_values if dense_layers else 0, moe_values if shape.moe_layers else 0)
     vision_values = 8 * hv + 4 * shape.vision_intermediate_size
+    # float32 weights under autocast: the text residual stream is float32 (the embedding lookup is
+    # not autocast, and RMSNorm's float32 weight promotes its output), so each layer's input and the
+    # two norm inputs take 4 bytes; the vision tower starts from the bf16 patch convolution
+    resid = 4 if autocast_copy_bytes(job.launch.effective_strategy, job.weight_bytes, w, peft["enabled"]) else w
     if grpo["activation_checkpointing"]:
-        text_act = batch * seq * (shape.num_layers * h + layer_values) * w
+        text_act = batch * seq * (shape.num_layers * h * resid + layer_values * w)
         vision_act = batch * patches * (shape.vision_depth * hv + vision_values) * w
         act_note = "checkpointed"
     else:
-        text_act = batch * seq * all_layer_values * w
+        text_act = batch * seq * (all_layer_values * w + shape.num_layers * 2 * h * (resid - w))
         vision_act = batch * patches * shape.vision_depth * vision_values * w
         act_note = "not checkpointed"
+    text_note = act_note + (", float32 residual stream" if resid != w else "")
     if peft["enabled"] and not peft["vision"] and "merger" not in peft["modules_to_save"]:
         vision_act, act_note_vision = 0.0, "frozen: nothing kept for backward"
     else:
@@ -287,7 +396,7 @@ def _activation_terms(job: _Job) -> list[Term]:
     act_fix = (f"{job.key}.activation_checkpointing: true, or lower per_device_train_batch_size, "
                + ("max_length" if job.sft else "max_completion_length") + " or rasterize.longest_side")
     return [
-        Term("activations", text_act / GIB, f"{batch} x {seq} tokens ({img_tokens} image), {act_note}", act_fix),
+        Term("activations", text_act / GIB, f"{batch} x {seq} tokens ({img_tokens} image), {text_note}", act_fix),
         Term("vision activations", vision_act / GIB, f"{batch} x {patches} patches, {act_note_vision}", act_fix),
         # logits of the completion tokens and their log-softmax kept for backward
         Term("logits", batch * completion * shape.vocab_size * 2 * w / GIB,
@@ -393,6 +502,10 @@ def memory_plan(cfg: Mapping[str, Any], shape: ModelShape, gpus: int | None = No
     terms = _weight_terms(job) + _activation_terms(job) + _generation_terms(job) + vllm_train
     total = sum(t.gib for t in terms)
     strategy, n = launch.effective_strategy, launch.train_processes
+    loading = _load_terms(job)
+    load_problem = _load_problem(job, loading)
+    if load_problem:
+        problems.append(load_problem)
     if total > job.gpu_gib:
         top = max(terms, key=lambda t: t.gib)
         hint = f"; {_zero3_hint(cfg, shape, gpus, job.gpu_gib, kind)}" if strategy in ("ddp", "zero2") and n > 1 else ""
@@ -409,7 +522,7 @@ def memory_plan(cfg: Mapping[str, Any], shape: ModelShape, gpus: int | None = No
     return MemoryPlan(launch=launch, shape=shape, gpu_memory_gib=job.gpu_gib, train_terms=tuple(terms),
                       server_terms=tuple(server), problems=tuple(problems), precision=_precision_note(job),
                       checkpoints=checkpoints, image_tokens=_sequence(job)[1], page_height=height,
-                      page_width=width)
+                      page_width=width, load_terms=tuple(loading))
 
 
 def _adapter_bytes(shape: ModelShape, peft: Mapping[str, Any]) -> float:

@@ -126,6 +126,23 @@ class ModelShape:
         extra = h + self.num_position_embeddings * h + self.deepstack_mergers * (2 * merged + mlp_out)
         return patch + extra + self.vision_depth * block + 2 * h + mlp_out
 
+    def largest_tensor(self) -> int:
+        """Elements of the model's largest single tensor: the embeddings (or the LM head), a dense
+        MLP projection, or a mixture-of-experts layer's fused ``gate_up`` experts."""
+        h = self.hidden_size
+        return max(self.vocab_size * h, h * self.intermediate_size,
+                   self.num_experts * 2 * self.moe_intermediate_size * h)
+
+    def largest_unit(self) -> int:
+        """Parameters of the largest FSDP unit of ``workflow/accelerate/fsdp.yaml`` (accelerate 1.15
+        ``utils/fsdp_utils.py`` 850-872): a decoder layer, the input embeddings, or the final norm
+        with the LM head."""
+        h = self.hidden_size
+        dense = self._attention_and_norms() + 3 * h * self.intermediate_size
+        moe = (self._attention_and_norms() + h * self.num_experts
+               + self.num_experts * 3 * h * self.moe_intermediate_size) if self.moe_layers else 0
+        return max(dense if self.num_layers > self.moe_layers else 0, moe, self.vocab_size * h + h)
+
     def parameters(self) -> int:
         """All parameters (what ``sum(p.numel() for p in model.parameters())`` counts): memory."""
         return self.text_parameters() + self.vision_parameters()

@@ -8,7 +8,12 @@ defaults). The few arguments set here are not hyperparameters but consequences o
   default would make CPU runs ~7x slower); ``bf16`` is mixed precision over float32 weights
   (:mod:`olmpipe.job.precision`);
 - ``model_init_kwargs["dtype"]``: the reference model's dtype (the compute dtype, see
-  :mod:`olmpipe.job.precision`), unless ``train.grpo.model_init_kwargs`` names one;
+  :mod:`olmpipe.job.precision`), unless ``train.grpo.model_init_kwargs`` names one; under FSDP
+  ``model_init_kwargs["device_map"] = "cpu"``: TRL 1.16 loads the reference with ``device_map="auto"``
+  outside DDP and DeepSpeed (``trl/trainer/grpo_trainer.py`` 996-997, ``trainer/utils.py`` 1349-1350),
+  which spreads every rank's copy over all the node's GPUs before ``prepare_fsdp``
+  (``grpo_trainer.py`` 1186) shards it; from the CPU, ``fully_shard`` moves it unit by unit
+  (:mod:`olmpipe.job.load`);
 - ``report_to``: ``wandb`` unless ``train.wandb.mode`` is ``disabled``;
 - ``remove_unused_columns=False``: the dataset columns (test ids, files, pdf, page) must reach the
   rewards;
@@ -54,18 +59,22 @@ def grpo_config(
     report_to: list[str] | None = None,
     overrides: Mapping[str, Any] | None = None,
     reference_dtype: str | None = None,
+    reference_device: str | None = None,
 ):
     """The ``GRPOConfig`` of one seed's run from its ``knobs`` (:func:`grpo_knobs`, computed once per
     job); ``overrides`` are knobs decided at run time (the address of the job's own vLLM server).
 
     ``dtype``: the compute dtype (``bfloat16``: mixed precision); ``reference_dtype``: the dtype TRL
-    loads the reference model in (None: the policy's, TRL's default).
+    loads the reference model in (None: the policy's, TRL's default); ``reference_device``: its
+    ``device_map`` (None: TRL's).
     """
     from trl import GRPOConfig
 
     knobs = for_installed({**knobs, **dict(overrides or {})}, GRPOConfig)
     if reference_dtype is not None and knobs.get("beta", 0.0) != 0.0:
         knobs["model_init_kwargs"] = {"dtype": reference_dtype, **dict(knobs.get("model_init_kwargs") or {})}
+    if reference_device is not None and knobs.get("beta", 0.0) != 0.0:
+        knobs["model_init_kwargs"] = {"device_map": reference_device, **dict(knobs.get("model_init_kwargs") or {})}
     knobs["save_total_limit"] = None  # applied after each checkpoint's commit (olmpipe.job.checkpoints.rotate)
     return GRPOConfig(
         output_dir=output_dir,

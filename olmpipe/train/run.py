@@ -100,6 +100,7 @@ class GRPOSteps(TrainerSteps):
         TRL's batch arithmetic checked against the training set's pages."""
         from olmpipe.config.checks import wants_server
         from olmpipe.job.data import check_generation_batch
+        from olmpipe.job.load import sharding
         from olmpipe.train.args import grpo_config
         from olmpipe.train.vllm_server import ManagedVLLMServer, server_devices
 
@@ -114,6 +115,7 @@ class GRPOSteps(TrainerSteps):
         args = grpo_config(knobs, output_dir=str(setup.run_dir), seed=setup.seed,
                            reward_weights=prepared.parts["weights"], device=setup.device,
                            dtype=setup.precision.compute, reference_dtype=setup.precision.reference,
+                           reference_device="cpu" if sharding() == "fsdp" else None,
                            report_to=report_to, overrides=overrides)
         check_generation_batch(len(data.dataset), args.generation_batch_size, args.num_generations)
         return args

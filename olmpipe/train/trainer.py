@@ -24,12 +24,27 @@ from typing import Any
 from olmpipe.compat.trl import (
     EpochSeededRepeatSampler,
     GRPOTrainerSeams,
+    after_server_weight_sync,
     after_vllm_weight_sync,
     epoch_seeded,
+    vllm_server_post,
 )
 from olmpipe.job.trainer import ResumableTrainer, load_checkpoint_weights
+from olmpipe.train.vllm_server import VLLMServerError
 
 logger = logging.getLogger(__name__)
+
+#: vLLM's endpoint that drops the server's vision-encoder cache (vLLM 0.31
+#: ``entrypoints/serve/dev/cache/api_router.py`` 57-64; in the dev router, which ``trl vllm-serve``
+#: enables with ``VLLM_SERVER_DEV_MODE=1``, ``trl/scripts/vllm_serve.py`` 280-283).
+RESET_ENCODER_CACHE = "/reset_encoder_cache"
+
+
+def _drop_engine_caches(llm: Any) -> None:
+    """:func:`olmpipe.compat.vllm.drop_stale_caches` (imported at the sync: only colocate mode has vLLM)."""
+    from olmpipe.compat.vllm import drop_stale_caches
+
+    drop_stale_caches(llm)
 
 __all__ = ["ResumableGRPOTrainer", "load_checkpoint_weights"]
 
@@ -49,8 +64,10 @@ class ResumableGRPOTrainer(ResumableTrainer, GRPOTrainerSeams):
     :func:`~olmpipe.compat.vllm.keep_cpu_expert_weights` does the same for Qwen3-VL-MoE's
     experts; after every ``sync_weights`` the engine's prefix and vision-encoder caches are dropped
     (:func:`~olmpipe.compat.vllm.drop_stale_caches`; TRL 1.16 resets only the
-    prefix cache). Qwen3-VL-MoE's expert weights are sent in the layout vLLM loads
-    (:meth:`sync_experts_in_published_layout`, colocate and server mode). See docs/vllm.md.
+    prefix cache), and an engine whose MoE kernel repacks the experts is refused
+    (:meth:`check_colocated_experts`). Server mode: after every sync the server's vision-encoder
+    cache is dropped too (:meth:`refresh_after_sync`). Qwen3-VL-MoE's expert weights are sent in the
+    layout vLLM loads (:meth:`sync_experts_in_published_layout`, colocate and server mode). See docs/vllm.md.
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -63,8 +80,28 @@ class ResumableGRPOTrainer(ResumableTrainer, GRPOTrainerSeams):
             keep_cpu_expert_weights()
         super().__init__(*args, **kwargs)  # ResumableTrainer: LoRA's adapter prepared (prepare_adapter)
         if colocate:
-            self.refresh_after_sync()
+            self.check_colocated_experts()
+        self.refresh_after_sync()
         self.sync_experts_in_published_layout()
+
+    def check_colocated_experts(self) -> None:
+        """Refuse a colocated vLLM engine whose mixture-of-experts kernel repacks the expert weights
+        after loading (FlashInfer's on Blackwell GPUs): TRL's colocated sync would write the trained
+        experts into it unpacked (:func:`olmpipe.compat.vllm.repacked_moe_backends`)."""
+        from olmpipe.compat.trl import colocated_llm
+        from olmpipe.compat.vllm import repacked_moe_backends
+        from olmpipe.job.errors import JobSetupError
+
+        llm = colocated_llm(self)
+        backends = repacked_moe_backends(llm) if llm is not None else []
+        if backends:
+            raise JobSetupError(
+                f"train.grpo.vllm_mode: colocate with {type(self.model).__name__} on this GPU: vLLM picked the "
+                f"{', '.join(backends)} mixture-of-experts kernel, which repacks the expert weights after loading "
+                "(vLLM 0.31 fused_moe/oracle/unquantized.py 432-467), and TRL's colocated weight sync writes them "
+                "unpacked, so every rollout after the first step would use scrambled experts. Use "
+                "train.grpo.vllm_mode: server (its weight transfer repacks them) with resources.train.vllm_server_gpus, "
+                "or GPUs whose default kernel is Triton (Hopper, Ampere).")
 
     def sync_experts_in_published_layout(self) -> None:
         """Qwen3-VL-MoE: send the fused expert weights to vLLM in the layout its loader expects.
@@ -107,9 +144,34 @@ class ResumableGRPOTrainer(ResumableTrainer, GRPOTrainerSeams):
         set_vllm_weight_stream(self, lambda: merged_named_params(model))
 
     def refresh_after_sync(self) -> None:
-        from olmpipe.compat.vllm import drop_stale_caches
+        """After every weight sync, drop what vLLM computed with the old weights.
 
-        after_vllm_weight_sync(self, drop_stale_caches)
+        TRL 1.16 resets only the prefix cache (``trl/generation/vllm_generation.py`` 513-517); vLLM
+        keeps vision-encoder outputs per image hash and serves them again for a page seen before
+        (``v1/core/encoder_cache_manager.py`` 124-134), and says to reset them "when model weights
+        are updated" (``v1/engine/llm_engine.py`` 366-372). Colocate mode: the engine's caches
+        (:func:`olmpipe.compat.vllm.drop_stale_caches`). Server mode: ``POST /reset_encoder_cache``
+        (:data:`RESET_ENCODER_CACHE`), from the main process once now (a server without the endpoint
+        stops the job before training) and after every sync.
+        """
+        if after_vllm_weight_sync(self, _drop_engine_caches):
+            return
+        post = vllm_server_post(self)
+        if post is None:
+            return
+
+        def reset() -> None:
+            response = post(RESET_ENCODER_CACHE)
+            if response.status_code != 200:
+                raise VLLMServerError(
+                    f"the vLLM server answered {RESET_ENCODER_CACHE} with {response.status_code} "
+                    f"({response.text[:200]}): it must drop its vision-encoder cache after each weight update, or "
+                    "pages seen before are answered with stale image embeddings. vLLM 0.31 serves the endpoint "
+                    "with VLLM_SERVER_DEV_MODE=1, which trl vllm-serve sets (train.vllm_server.program; a server "
+                    "given by train.grpo.vllm_server_base_url needs it in its environment)")
+
+        reset()
+        after_server_weight_sync(self, reset)
 
     def make_train_sampler(self, sampler: Any) -> EpochSeededRepeatSampler:
         """TRL's sampler, its shuffle seeded by ``seed + epoch`` (:func:`~olmpipe.compat.trl.epoch_seeded`)."""

@@ -7,9 +7,11 @@ hand (allenai/olmocr v0.4.27 ``scripts/train/grpotrainer-beaker-multi-gpu-august
 plain ``kill`` of the server's pid in an ``EXIT`` trap). :class:`ManagedVLLMServer` does the same
 job so that nothing is left behind:
 
-- the command comes from the config (``train.grpo.vllm_*``, ``train.dtype``,
-  ``train.vllm_server``); a null ``vllm_max_model_length`` is refused (vLLM would size its cache for
-  the model's whole 128k context);
+- the command comes from the config (``train.grpo.vllm_*``, ``train.vllm_server``; ``--dtype
+  bfloat16`` for every ``train.dtype``); a null ``vllm_max_model_length`` is refused (vLLM would size
+  its cache for the model's whole 128k context);
+- TRL's weight-sync group gets a free port of the node (``vllm_group_port``), as the server's HTTP
+  port is free: two server-mode jobs on one node would otherwise both use TRL's 51216;
 - the server runs in its own process group with ``CUDA_VISIBLE_DEVICES`` set to its GPUs, without
   the trainer's ``torch.distributed`` variables, on 127.0.0.1 and a free port, writing to
   ``<run_dir>/vllm_server.log`` (appended, so a resumed run keeps the earlier logs);
@@ -73,6 +75,12 @@ HOST = "127.0.0.1"
 HEALTH_PATH = "/health"
 #: Name of the server's log in the run folder.
 LOG_NAME = "vllm_server.log"
+#: The server's ``--dtype``: bf16, as vLLM's ``auto`` serves Qwen VL checkpoints (and downcasts a
+#: float32 folder, vLLM 0.31 ``config/model.py`` 2372-2374), for every ``train.dtype``.
+SERVER_DTYPE = "bfloat16"
+#: TRL 1.16's default ``vllm_group_port`` (``trl/trainer/grpo_config.py`` 647-648): the port of the
+#: weight-sync process group the trainer opens to the server.
+TRL_GROUP_PORT = 51216
 #: Seconds between health polls.
 POLL_S = 0.25
 #: Seconds to wait for SIGKILLed processes to disappear.
@@ -147,8 +155,6 @@ def build_command(cfg: Mapping[str, Any], model_path: str | os.PathLike, gpus: S
     ``vllm_max_model_length``, one shorter than ``max_completion_length``, or a GPU count other
     than the tensor parallel size.
     """
-    from olmpipe.train.args import resolve_dtype
-
     train = cfg["train"]
     grpo = dict(knobs if knobs is not None else train["grpo"])
     max_len = grpo["vllm_max_model_length"]
@@ -182,7 +188,11 @@ def build_command(cfg: Mapping[str, Any], model_path: str | os.PathLike, gpus: S
         "--port", str(port),
         "--gpu_memory_utilization", str(grpo["vllm_gpu_memory_utilization"]),
         "--max_model_len", str(max_len),
-        "--dtype", resolve_dtype(train["dtype"], "cuda"),
+        # bf16 whatever train.dtype is: float32 masters are copied into vLLM's bf16 weights at every sync
+        # (olmpipe.job.precision), and the plan counts the server's weights and KV cache at 2 bytes
+        # (olmpipe.plan.memory.VLLM_BYTES); --kv-cache-dtype auto follows this dtype
+        # (trl/scripts/vllm_serve.py 150-155, 242-245)
+        "--dtype", SERVER_DTYPE,
         # unknown to trl vllm-serve: passed on to `vllm serve` after TRL's own --logprobs-mode, so it wins
         "--logprobs-mode", server["logprobs_mode"],
     ] + [str(a) for a in server["extra_args"]]
@@ -201,6 +211,27 @@ def pick_port(configured: int | None) -> int:
             raise VLLMServerError(
                 f"train.vllm_server.port {configured} on {HOST} is in use ({exc.strerror}); free it or set "
                 "train.vllm_server.port: null to pick a free port"
+            ) from None
+        return sock.getsockname()[1]
+
+
+def pick_group_port(configured: int | None) -> int:
+    """A free TCP port for TRL's weight-sync group, or ``configured`` after checking it is free.
+
+    TRL's client opens the group with ``master_address: get_ip(), master_port: group_port``
+    (``trl/generation/vllm_client.py`` 744-747), and the trainer is rank 0 of vLLM's
+    ``StatelessProcessGroup``, which binds that port on the node's address (vLLM 0.31
+    ``distributed/utils.py`` 493-497): so the port is checked on every interface, not only on
+    :data:`HOST`. TRL's fixed default (:data:`TRL_GROUP_PORT`) would make a second server-mode job on
+    the node fail to bind, or its server join the first job's group, so none set means a free one.
+    """
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind(("", configured or 0))
+        except OSError as exc:
+            raise VLLMServerError(
+                f"train.grpo.vllm_group_port {configured} is in use on this node ({exc.strerror}); free it or leave "
+                "train.grpo.vllm_group_port unset to pick a free port"
             ) from None
         return sock.getsockname()[1]
 
@@ -245,6 +276,8 @@ class ManagedVLLMServer:
                  gpus: Sequence[str], *, knobs: Mapping[str, Any] | None = None) -> None:
         self._settings = dict(cfg["train"]["vllm_server"])
         self.port = pick_port(self._settings["port"])
+        group_port = dict(knobs if knobs is not None else cfg["train"]["grpo"]).get("vllm_group_port")
+        self.group_port = pick_group_port(None if group_port in (None, TRL_GROUP_PORT) else group_port)
         self.host = HOST
         self.gpus = [str(g) for g in gpus]
         self.command = build_command(cfg, model_path, self.gpus, self.port, knobs=knobs)
@@ -264,8 +297,10 @@ class ManagedVLLMServer:
         return f"http://{self.host}:{self.port}"
 
     def grpo_overrides(self) -> dict[str, Any]:
-        """GRPOConfig knobs that point TRL at this server (they replace the config's address keys)."""
-        return {"vllm_server_base_url": None, "vllm_server_host": self.host, "vllm_server_port": self.port}
+        """GRPOConfig knobs that point TRL at this server (they replace the config's address keys),
+        with a free port for the weight-sync group (:func:`pick_group_port`)."""
+        return {"vllm_server_base_url": None, "vllm_server_host": self.host, "vllm_server_port": self.port,
+                "vllm_group_port": self.group_port}
 
     def environment(self) -> dict[str, str]:
         """The server's environment: the trainer's, with its GPUs and without ``torch.distributed``."""
