@@ -186,3 +186,20 @@ def test_an_embedded_model_about_to_be_rebuilt_is_not_checked_at_plan_time(tmp_p
     assert module_problems(qwen3["train"]["peft"], folder)  # the job, on this folder, would refuse
     as_built = _cfg({"train": {"peft": peft}})
     assert [p.split(":")[0] for p in job_problems(as_built, 0, folder)] == ["train.peft.vision_target_modules"] * 2
+
+
+@pytest.mark.parametrize("arch", ["qwen2_5_vl", "qwen3_vl"])
+def test_the_vision_tower_with_its_default_targets_plans_and_checks(arch, tiny_models, tmp_path, capsys):
+    """Issue 31 item 1: `train.peft.vision: true` with the default `vision_target_modules: null` (the
+    architecture's own vision linears, docs/lora.md) crashed the module check, and with it the plan, with
+    `TypeError: 'NoneType' object is not iterable`. Null now checks the architecture's vision linears."""
+    model = tiny_models(arch)
+    cfg = _cfg({"model": {"tiny": {"architecture": arch}}, "train": {"peft": {"enabled": True, "vision": True}}})
+    assert cfg["train"]["peft"]["vision_target_modules"] is None
+    assert module_problems(cfg["train"]["peft"], model) == []
+    assert job_problems(cfg, 1, model) == []
+    override = tmp_path / "vision.yaml"
+    override.write_text(yaml.safe_dump({"model": {"tiny": {"architecture": arch}},
+                                        "train": {"peft": {"enabled": True, "vision": True}}}))
+    assert main(["--configfile", str(override), "--model", str(model), "--gpus", "1"]) == 0
+    assert "vision" in capsys.readouterr().out

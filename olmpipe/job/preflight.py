@@ -149,7 +149,9 @@ def module_problems(peft_cfg: Mapping[str, Any], model: str | Path) -> list[str]
         groups.append(("vision_target_modules", parts.vision, "vision tower"))
     problems = []
     for key, prefix, part in groups:
-        for name in peft_cfg[key]:
+        # vision_target_modules: null adapts the architecture's vision linears (olmpipe.job.peft.target_modules)
+        given = peft_cfg[key] if peft_cfg[key] is not None else parts.vision_linears
+        for name in given:
             pattern = re.compile(module_pattern(prefix, [name]))
             matched = {n: kind for n, kind in names.items() if pattern.fullmatch(n)}
             if not matched:
