@@ -102,6 +102,32 @@ def test_qlora_is_refused_on_the_cpu_and_with_vllm(quant):
     check_setup(_peft(), "cpu", {"use_vllm": True})  # LoRA on a full-precision base: anywhere
 
 
+def test_adapter_dropout_with_trls_disable_dropout_is_refused_naming_both_keys(tmp_path, capsys):
+    """Issue 31 item 2: TRL's disable_dropout (olmpipe's default true) sets every nn.Dropout's p to 0
+    after PEFT wrapped the model (trl/trainer/utils.py:194-197, grpo_trainer.py:1006), LoRA's dropout
+    included: `train.peft.dropout: 0.1` trained without dropout, silently. The plan and the job refuse
+    the combination, naming both keys; either one changed (per seed too) trains."""
+    from olmpipe.job.preflight import job_problems
+    from olmpipe.plan import main as plan_main
+
+    message = r"train.peft.dropout: 0.1 .*train.grpo.disable_dropout: true"
+    with pytest.raises(PeftSetupError, match=message):
+        check_setup(_peft(dropout=0.1), "cpu", {"use_vllm": False, "disable_dropout": True})
+    check_setup(_peft(dropout=0.1), "cpu", {"use_vllm": False, "disable_dropout": False})
+    check_setup(_peft(dropout=0.0), "cpu", {"use_vllm": False, "disable_dropout": True})
+    check_setup(_peft(dropout=0.1, enabled=False), "cpu", {"use_vllm": False, "disable_dropout": True})
+    cfg = load_config(overrides={"train": {"seeds": [0, 1], "peft": {"enabled": True, "dropout": 0.1}}})
+    [problem] = job_problems(cfg, 0, None)
+    assert re.search(message, problem), problem
+    per_seed = load_config(overrides={"train": {"seeds": [0], "peft": {"enabled": True, "dropout": 0.1},
+                                                "seed_overrides": [{"seed": 0, "grpo": {"disable_dropout": False}}]}})
+    assert job_problems(per_seed, 0, None) == []
+    override = tmp_path / "dropout.yaml"
+    override.write_text(json.dumps({"train": {"peft": {"enabled": True, "dropout": 0.1}}}))
+    assert plan_main(["--configfile", str(override)]) == 2
+    assert "train.grpo.disable_dropout" in capsys.readouterr().err
+
+
 def test_qlora_on_the_cpu_stops_train_seed_before_loading_anything(tmp_path):
     from olmpipe.job.preflight import JobSetupError
     from olmpipe.train.run import train_seed

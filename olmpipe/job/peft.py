@@ -142,9 +142,20 @@ def lora_config(peft_cfg: Mapping[str, Any], model_type: str):
 
 def setup_problem(peft_cfg: Mapping[str, Any], device: str, knobs: Mapping[str, Any]) -> str | None:
     """Why ``train.peft`` cannot train on ``device`` with these GRPO knobs: QLoRA on the CPU or with
-    vLLM rollouts (None: it can). Also checked before a job is submitted (:mod:`olmpipe.job.preflight`)."""
+    vLLM rollouts, adapter dropout that TRL's ``disable_dropout`` would switch off (None: it can).
+    Also checked before a job is submitted (:mod:`olmpipe.job.preflight`)."""
+    if not peft_cfg["enabled"]:
+        return None
+    if float(peft_cfg["dropout"]) > 0 and knobs.get("disable_dropout"):
+        # TRL sets p = 0 on every nn.Dropout after PEFT wrapped the model (trl/trainer/utils.py:194-197,
+        # grpo_trainer.py:1006), LoRA's lora_dropout included: the setting would do nothing, silently
+        return (f"train.peft.dropout: {peft_cfg['dropout']:g} asks for dropout on the adapter's input, but "
+                "train.grpo.disable_dropout: true makes TRL set every dropout of the model to 0, the adapter's "
+                "included (trl/trainer/utils.py:194-197), so it would train without any. Set train.peft.dropout: 0 "
+                "(log-probabilities of a completion then agree in every forward pass), or "
+                "train.grpo.disable_dropout: false to train with dropout (the model's own too).")
     quant = peft_cfg["quantization"]
-    if not peft_cfg["enabled"] or quant == "none":
+    if quant == "none":
         return None
     if device != "cuda":
         return (f"train.peft.quantization: {quant} (QLoRA) needs a CUDA GPU: bitsandbytes' quantized layers do not "
