@@ -73,6 +73,35 @@ def test_hub_ids_map_to_download_folders(tmp_path: Path, monkeypatch: pytest.Mon
     assert model_dir({"model": {"path": "/no/such/model", "revision": None}}) == "/no/such/model"
 
 
+@pytest.mark.parametrize("revision", ["..", ".", "main/..", "../main", "a..b", ".hidden", "main.lock", "main/",
+                                      "/main", "a//b", "with space", "tag~1", "x^2", "a:b", "what?", "st*r", "[x]",
+                                      "back\\slash", "at@{1}", "@", "tab\tx", "main."])
+def test_a_revision_that_is_no_git_ref_or_commit_is_refused(revision, tmp_path, monkeypatch):
+    """Issue 31 item 6: `model.revision: ".."` passed the config check and mapped onto an existing folder
+    (results/model/hub/<org>--<name>/.. is results/model/hub), so download_model was not scheduled and
+    training failed on a missing config.json. A revision is a git ref name or a commit hash."""
+    from olmpipe.config import check_workflow_config
+    from olmpipe.layout import model_path_problem
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "results/model/hub/test-org--tiny-vlm").mkdir(parents=True)  # another revision's folder
+    cfg = {"model": {"path": REPO_ID, "revision": revision}}
+    message = f"model.revision {revision!r} is not a git branch, tag or commit"
+    with pytest.raises(ModelPathError, match=re.escape(message)):
+        model_dir(cfg)
+    assert message in (model_path_problem(cfg) or "")
+    from snakemake.exceptions import WorkflowError
+
+    with pytest.raises(WorkflowError, match=re.escape(message)):
+        check_workflow_config({"model": {"path": REPO_ID, "revision": revision}})
+
+
+@pytest.mark.parametrize("revision", ["main", "v1.0", "refs/pr/1", "feature/x-y_z", "0" * 40, "a1b2c3d",
+                                      "release-2025.01"])
+def test_git_refs_and_commits_are_revisions(revision):
+    assert hub_model({"model": {"path": REPO_ID, "revision": revision}}) == (REPO_ID, revision)
+
+
 def test_download_from_the_cache_with_the_network_off(tmp_path: Path, hub_cache: tuple[Path, str],
                                                       tiny_model_dir: Path) -> None:
     cache, commit = hub_cache
