@@ -313,6 +313,48 @@ def _index(tmp_path, pdfs, eval_pdfs=("e.pdf",)):
     return path
 
 
+def _sampled(tmp_path, stats, *, skipped_no_tests=0):
+    """The sampling run's summary.json beside stats.jsonl, as :func:`run_difficulty` writes it (the
+    pages it sampled and scored)."""
+    write_stats(tmp_path / "stats.jsonl", stats)
+    summary = {"pages": len(stats), "sampled_pages": [{"pdf": p.pdf, "page": p.page} for p in stats],
+               "dataset": {"skipped_no_tests": skipped_no_tests, "skipped_filtered": 0}}
+    (tmp_path / "summary.json").write_text(json.dumps(summary))
+
+
+def test_a_sampled_page_without_statistics_is_an_error_and_an_unsampled_one_a_reason(tmp_path):
+    """Issue 31 item 5: a page's line deleted from stats.jsonl, and the filter kept the page without
+    saying so (filter.json counted 7 kept, the index had 8). A page the sampler sampled needs its
+    line (the error names it); a train page the sampler skipped (no tests after the reward filters,
+    which the trainer skips too) is a line of dropped.jsonl with its reason, and filter.json's
+    `kept` is the filtered index's train pages."""
+    stats = [_page("a.pdf", 0.3), _page("b.pdf", 0.0), _page("c.pdf", 0.4)]
+    _sampled(tmp_path, stats, skipped_no_tests=1)
+    index = _index(tmp_path, ["a.pdf", "b.pdf", "c.pdf", "n.pdf"])
+    args = (tmp_path / "o.jsonl", tmp_path / "d.jsonl", tmp_path / "f.json")
+    summary = filter_page_index(tmp_path / "stats.jsonl", index, *args, FilterSettings(), num_generations=4)
+    train = [r["pdf"] for r in read_page_index(tmp_path / "o.jsonl") if r["split"] == "train"]
+    assert train == ["a.pdf", "c.pdf"] and summary["kept"] == len(train)
+    dropped = {d["pdf"]: d["reason"] for d in read_dropped(tmp_path / "d.jsonl")}
+    assert dropped == {"b.pdf": "zero_spread", "n.pdf": "not_sampled"}
+    assert summary["dropped_by_reason"]["not_sampled"] == 1 and summary["sampled"] == 3
+    # the line of c.pdf deleted: an error naming the page and both files; nothing written
+    for path in args:
+        path.unlink()
+    write_stats(tmp_path / "stats.jsonl", stats[:2])
+    with pytest.raises(DifficultyError, match=r"stats.jsonl has no line for c.pdf page 1, a page the sampling run "
+                                              r"sampled \(.*summary.json lists it\)"):
+        filter_page_index(tmp_path / "stats.jsonl", index, *args, FilterSettings(), num_generations=4)
+    assert not any(path.exists() for path in args)
+    # a summary of an older release (no page list): the count tells
+    (tmp_path / "summary.json").write_text(json.dumps({"pages": 3}))
+    with pytest.raises(DifficultyError, match=r"stats.jsonl has 2 lines, but the sampling run scored 3 pages"):
+        filter_page_index(tmp_path / "stats.jsonl", index, *args, FilterSettings(), num_generations=4)
+    (tmp_path / "summary.json").unlink()
+    with pytest.raises(DifficultyError, match=r"no summary.json beside .*stats.jsonl"):
+        filter_page_index(tmp_path / "stats.jsonl", index, *args, FilterSettings(), num_generations=4)
+
+
 def test_drop_reasons():
     s = FilterSettings(min_spread=0.1, min_pass_rate=0.2, max_pass_rate=0.8)
     assert drop_reason(_page("a", 0.0, all_pass=True), s) == "zero_spread"
@@ -327,17 +369,18 @@ def test_drop_reasons():
 def test_filter_drops_exactly_the_flagged_pages_and_lists_them(tmp_path):
     stats = [_page("a.pdf", 0.0, all_pass=True), _page("b.pdf", 0.3), _page("c.pdf", 0.0, all_fail=True,
              jsonl="b.jsonl", types=("table", "present")), _page("d.pdf", None), _page("f.pdf", 0.01)]
-    write_stats(tmp_path / "stats.jsonl", stats)
+    _sampled(tmp_path, stats)
     index = _index(tmp_path, ["a.pdf", "b.pdf", "c.pdf", "d.pdf", "f.pdf", "g.pdf"])
     summary = filter_page_index(tmp_path / "stats.jsonl", index, tmp_path / "out.jsonl", tmp_path / "dropped.jsonl",
                                 tmp_path / "filter.json", FilterSettings(min_spread=0.05), num_generations=8)
     kept = [(r["pdf"], r["split"]) for r in read_page_index(tmp_path / "out.jsonl")]
-    # g.pdf has no statistics (the trainer skips it) and e.pdf is an eval page: both stay
-    assert kept == [("b.pdf", "train"), ("d.pdf", "train"), ("g.pdf", "train"), ("e.pdf", "eval")]
+    # e.pdf is an eval page: it stays; g.pdf was not sampled (no tests after the reward filters): a reason
+    assert kept == [("b.pdf", "train"), ("d.pdf", "train"), ("e.pdf", "eval")]
     dropped = {d["pdf"]: d["reason"] for d in read_dropped(tmp_path / "dropped.jsonl")}
-    assert dropped == {"a.pdf": "zero_spread", "c.pdf": "zero_spread", "f.pdf": "low_spread"}
+    assert dropped == {"a.pdf": "zero_spread", "c.pdf": "zero_spread", "f.pdf": "low_spread", "g.pdf": "not_sampled"}
     assert summary == read_summary(tmp_path / "filter.json")
-    assert (summary["sampled"], summary["kept"], summary["dropped"], summary["unscored_kept"]) == (5, 2, 3, 1)
+    assert (summary["sampled"], summary["kept"], summary["dropped"], summary["unscored_kept"]) == (5, 2, 4, 1)
+    assert summary["not_sampled"] == 1
     assert summary["dropped_by_reason"]["zero_spread"] == 2 and summary["dropped_all_pass"] == 1
     assert summary["by_jsonl"] == {"a.jsonl": {"sampled": 4, "dropped": 2}, "b.jsonl": {"sampled": 1, "dropped": 1}}
     assert summary["by_type"]["table"] == {"sampled": 1, "dropped": 1}
@@ -346,7 +389,7 @@ def test_filter_drops_exactly_the_flagged_pages_and_lists_them(tmp_path):
 
 
 def test_filter_refuses_bad_inputs_with_their_reason(tmp_path):
-    write_stats(tmp_path / "stats.jsonl", [_page("a.pdf", 0.0), _page("b.pdf", 0.0)])
+    _sampled(tmp_path, [_page("a.pdf", 0.0), _page("b.pdf", 0.0)])
     index = _index(tmp_path, ["a.pdf", "b.pdf"])
     args = (tmp_path / "o.jsonl", tmp_path / "d.jsonl", tmp_path / "f.json")
     with pytest.raises(DifficultyError, match="would drop all 2 sampled train pages"):
@@ -355,7 +398,7 @@ def test_filter_refuses_bad_inputs_with_their_reason(tmp_path):
     stale = _index(tmp_path, ["a.pdf", "x.pdf"])
     with pytest.raises(DifficultyError, match="b.pdf page 1 is not a train page"):
         filter_page_index(tmp_path / "stats.jsonl", stale, *args, FilterSettings(), num_generations=4)
-    write_stats(tmp_path / "stats.jsonl", [_page("a.pdf", 0.3, pass_rate=None), _page("b.pdf", 0.3, pass_rate=None)])
+    _sampled(tmp_path, [_page("a.pdf", 0.3, pass_rate=None), _page("b.pdf", 0.3, pass_rate=None)])
     with pytest.raises(DifficultyError, match="select rewards.weights.bench"):
         filter_page_index(tmp_path / "stats.jsonl", _index(tmp_path, ["a.pdf", "b.pdf"]), *args,
                           FilterSettings(min_pass_rate=0.1), num_generations=4)
@@ -372,7 +415,7 @@ def test_filter_keeping_fewer_pages_than_one_training_batch_stops_there(tmp_path
     from olmpipe.difficulty.settings import training_batch_pages
 
     stats = [_page("a.pdf", 0.0, all_pass=True), _page("b.pdf", 0.0, all_fail=True), _page("c.pdf", 0.3)]
-    write_stats(tmp_path / "stats.jsonl", stats)
+    _sampled(tmp_path, stats)
     index = _index(tmp_path, ["a.pdf", "b.pdf", "c.pdf"])
     args = (tmp_path / "o.jsonl", tmp_path / "d.jsonl", tmp_path / "f.json")
     with pytest.raises(DifficultyError) as caught:
@@ -393,7 +436,7 @@ def test_filter_keeping_fewer_pages_than_one_training_batch_stops_there(tmp_path
     assert training_batch_pages(cfg) == 4
     cfg["resources"]["train"].update(gpu=2, strategy="ddp")
     assert training_batch_pages(cfg) == 8
-    write_stats(tmp_path / "stats.jsonl", [_page("a.pdf", 0.05), _page("b.pdf", 0.5, pass_rate=0.9)])
+    _sampled(tmp_path, [_page("a.pdf", 0.05), _page("b.pdf", 0.5, pass_rate=0.9)])
     with pytest.raises(DifficultyError, match=r"lower train.difficulty.min_spread \(now 0.1\); raise or unset "
                                               r"train.difficulty.max_pass_rate \(now 0.8\)"):
         filter_page_index(tmp_path / "stats.jsonl", _index(tmp_path, ["a.pdf", "b.pdf"]), *args,

@@ -29,7 +29,14 @@ from olmpipe.difficulty.settings import DifficultyError, decoding_settings, trai
 from olmpipe.generate import GenerationBackend, backend_identity, make_requests
 from olmpipe.generate.decoding import decoding_fingerprint
 from olmpipe.generate.journal import check_backend_errors, generate_journaled
-from olmpipe.records.difficulty import STATS_NAME, SUMMARY_NAME, PageDifficulty, write_stats, write_summary
+from olmpipe.records.difficulty import (
+    SAMPLED_PAGES_KEY,
+    STATS_NAME,
+    SUMMARY_NAME,
+    PageDifficulty,
+    write_stats,
+    write_summary,
+)
 from olmpipe.records.files import file_sha256
 from olmpipe.records.generations import GENERATIONS_NAME, GenerationRecord, write_generations
 
@@ -168,6 +175,7 @@ def summarize(stats: Sequence[PageDifficulty], records: Sequence[GenerationRecor
         "model": cfg["model"]["name"],
         "backend": cfg["generation"]["backend"],
         "pages": len(stats),
+        SAMPLED_PAGES_KEY: [{"pdf": p.pdf, "page": p.page} for p in stats],
         "samples_per_page": decoding_settings(cfg).repeats,
         "sampling": trainer_sampling(cfg["train"]),
         "seed": cfg["train"]["difficulty"]["seed"],

@@ -64,6 +64,8 @@ rule difficulty_sample:
 rule difficulty_filter:
     input:
         stats=rules.difficulty_sample.output.stats,
+        # the pages the sampling run sampled: the statistics must have each one's line
+        summary=rules.difficulty_sample.output.summary,
         pages=rules.validate.output.pages,
     output:
         pages=str(FILTERED_PAGE_INDEX),

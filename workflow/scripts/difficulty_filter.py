@@ -16,6 +16,7 @@ try:
         FilterSettings(**snakemake.params.filter),  # noqa: F821
         num_generations=int(snakemake.params.num_generations),  # noqa: F821
         batch_pages=int(snakemake.params.batch_pages),  # noqa: F821
+        sampled=snakemake.input.summary,  # noqa: F821
     )
 except DifficultyError as exc:
     logging.getLogger("olmpipe.difficulty").error("%s", exc)
