@@ -381,6 +381,38 @@ def test_a_lora_checkpoint_without_its_adapter_is_skipped_and_the_run_finishes_f
 
 
 @pytest.mark.slow
+def test_a_lora_checkpoint_whose_adapter_holds_nan_is_skipped_and_the_run_finishes_from_the_one_before(
+        lora_runs, caplog):
+    """Issue 31 item 3: a checkpoint whose adapter held NaN was restored, then generation failed with
+    "probability tensor contains inf/nan" (and Snakemake deleted model/). The job skips it, naming it
+    and the tensor, resumes from the checkpoint before and ends bitwise equal to the uninterrupted run."""
+    import logging
+    import struct
+
+    from olmpipe.train.run import train_seed
+
+    caplog.set_level(logging.INFO, logger="olmpipe")
+    run = lora_runs["root"] / "nan-adapter"
+    shutil.copytree(lora_runs["full"][0], run)
+    for name in ("model", "adapter", "model.kept", "checkpoint-4"):
+        shutil.rmtree(run / name)
+    adapter = run / "checkpoint-3" / "adapter_model.safetensors"
+    data = adapter.read_bytes()
+    header = json.loads(data[8:8 + struct.unpack("<Q", data[:8])[0]])
+    name = next(k for k in sorted(header) if "lora_B" in k)
+    with open(adapter, "r+b") as fh:  # in place: the file keeps its size, only a value is bad
+        fh.seek(8 + struct.unpack("<Q", data[:8])[0] + header[name]["data_offsets"][0])
+        fh.write(struct.pack("<f", float("nan")))
+    assert train_seed(lora_runs["cfg"], seed=0, model_path=lora_runs["model"], pages=lora_runs["pages"],
+                      tests_dir=lora_runs["tests"], run_dir=run, reward_funcs=[LowIdReward()]) == 0
+    assert (f"skipping checkpoint {run / 'checkpoint-3'}: adapter_model.safetensors holds NaN in {name} "
+            "(1 of") in caplog.text, caplog.text[-3000:]
+    assert f"resuming from {run / 'checkpoint-2'} (step 2)" in caplog.text
+    assert not _differences(lora_runs["full"][0] / "model", run / "model", "model.safetensors")
+    assert not _differences(lora_runs["full"][0] / "adapter", run / "adapter", "adapter_model.safetensors")
+
+
+@pytest.mark.slow
 def test_continue_cannot_change_the_adapter_shape_and_a_final_model_records_what_trained_it(lora_runs):
     """`train.resume: continue` with another adapter shape stops before any model is loaded, naming
     the key (mid-run and at the run's end alike) and changing nothing; with another alpha on a
