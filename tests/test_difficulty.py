@@ -464,6 +464,117 @@ def test_command_line_runs_both_steps(tmp_path, mixed, tiny_model_dir, monkeypat
                  "--out", str(out)]) == 1
 
 
+# ---------------------------------------------------------------- one sampler per journal, none outliving its job
+
+
+class HeldServer:
+    """A chat-completions endpoint that holds its first request until :meth:`release` (a gate: the test
+    acts while the sampler is known to be generating), then answers every request alike."""
+
+    ANSWER = ("---\nprimary_language: en\nis_rotation_valid: True\nrotation_correction: 0\nis_table: False\n"
+              "is_diagram: False\n---\nSome page text")
+
+    def __init__(self):
+        import threading
+
+        from support.localhttp import LocalHttpServer, QuietHandler
+
+        self.reached, self.released = threading.Event(), threading.Event()
+        owner = self
+
+        class Handler(QuietHandler):
+            def do_POST(self):
+                self.rfile.read(int(self.headers["Content-Length"]))
+                owner.reached.set()
+                owner.released.wait(600)
+                body = json.dumps({"id": "x", "object": "chat.completion", "choices": [
+                    {"index": 0, "message": {"role": "assistant", "content": owner.ANSWER}, "finish_reason": "stop"}],
+                    "usage": {"prompt_tokens": 3, "completion_tokens": 3, "total_tokens": 6}}).encode()
+                try:
+                    self.send_response(200)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass
+
+        self.http = LocalHttpServer(Handler)
+
+    def __enter__(self):
+        self.http.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        self.released.set()
+        self.http.__exit__(*exc)
+
+
+def _wait_for(what, condition, timeout: float = 300):
+    """Until ``condition()`` holds (a gate on a file or process; the deadline only ends a broken run)."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
+
+
+def test_a_sampler_stops_with_its_snakemake_and_a_second_one_on_its_journal_refuses(tmp_path, mixed, tiny_model_dir):
+    """Issue 31 item 8: after kill -9 of Snakemake a running difficulty_sample went on, and
+    --rerun-incomplete started a second sampler on the same journal (116 of 720 generations made
+    twice). The journal has one writer (a lock naming it): a second sampler stops at once with exit 1,
+    naming the first's pid; and with --exit-with-job (the workflow's) the sampler stops when the
+    process that started it is gone, keeping its journal, and frees the lock."""
+    import os
+    import subprocess
+    import sys
+
+    from olmpipe.procs import HolderLock
+    from olmpipe.records.generations import JOURNAL_LOCK_NAME
+
+    pages, tests, _ = mixed
+    out = tmp_path / "out"
+    with HeldServer() as server:
+        cfg_file = tmp_path / "c.yaml"
+        cfg_file.write_text(json.dumps({
+            "train": {"grpo": GRPO}, "rewards": {"bench": {"processes": 0}},
+            "generation": {"backend": "openai", "batch_size": 4, "openai": {
+                "base_url": f"{server.http.base_url}/v1", "concurrency": 1, "retries": 0, "timeout_s": 900}}}))
+        cmd = [sys.executable, "-m", "olmpipe.difficulty", "sample", "--config", str(cfg_file), "--model",
+               str(tiny_model_dir), "--pages", str(pages), "--tests", str(tests), "--out", str(out), "--no-progress"]
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+        # the job's place (Snakemake's): a parent that starts the sampler, prints its pid and waits
+        starter = "import subprocess,sys; p=subprocess.Popen(sys.argv[1:]); print(p.pid, flush=True); p.wait()"
+        log = tmp_path / "sampler.log"
+        with open(log, "w") as fh:
+            parent = subprocess.Popen([sys.executable, "-c", starter, *cmd, "--exit-with-job"], env=env,
+                                      stdout=subprocess.PIPE, stderr=fh, text=True)
+        sampler = int(parent.stdout.readline())
+        _wait_for("the sampler's first request", lambda: server.reached.is_set() or parent.poll() is not None)
+        assert server.reached.is_set(), log.read_text()[-3000:]
+        second = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300, check=False)
+        assert second.returncode == 1, second.stderr[-3000:]
+        assert f"{out / 'generations.journal.jsonl'} is being written by another job (pid {sampler} on " \
+            in second.stderr, second.stderr[-3000:]
+        parent.kill()  # kill -9 of the job: the sampler is re-parented
+        parent.wait()
+        _wait_for("the sampler to notice", lambda: "the job that started this sampler is gone" in log.read_text())
+        server.released.set()
+
+        def gone() -> bool:
+            try:
+                return open(f"/proc/{sampler}/stat").read().rsplit(")", 1)[1].split()[0] == "Z"
+            except OSError:
+                return True
+
+        _wait_for("the sampler to exit", gone, timeout=300)
+    text = log.read_text()
+    assert "sampler: SIGTERM, stopping (exit 75; what it finished is kept)" in text, text[-3000:]
+    assert not (out / "stats.jsonl").exists()  # it stopped; nothing pretends to be finished
+    HolderLock(out / JOURNAL_LOCK_NAME).acquire().release()  # free again
+
+
 # ---------------------------------------------------------------- acceptance: known rewards, real training
 
 

@@ -23,7 +23,8 @@ writes to one run folder (``results/baseline/<model name>/`` for the base model,
 
 Resume: with ``eval_run.resume`` a run generates through the resume journal
 ``generations.journal.jsonl`` (:mod:`olmpipe.generate.journal`): earlier generations with the same
-settings, model and page images are kept, the rest is generated.
+settings, model and page images are kept, the rest is generated. A journal has one writer: a second
+job on the run folder stops at once, naming the first (:func:`olmpipe.records.generations.hold_journal`).
 """
 
 from __future__ import annotations
@@ -52,6 +53,8 @@ from olmpipe.records.files import file_sha256
 from olmpipe.records.generations import (
     GENERATIONS_NAME,
     GenerationRecord,
+    JournalInUseError,
+    hold_journal,
     write_generations,
 )
 from olmpipe.records.pages import read_page_index
@@ -220,10 +223,22 @@ def run_generation_and_scoring(
     ``generation.max_error_fraction`` of the generations failed in the backend (the journal is
     written first, so the next run retries only those).
     """
-    generation, stage = cfg["generation"], cfg["eval_run"]
-    settings = DecodingSettings.from_config(generation)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    try:
+        with hold_journal(out):  # one writer per run folder: a second job stops here, naming the first
+            return _generate_and_score(cfg, model_path, pages_index, tests_dir, out, threads, model_name=model_name,
+                                       backend=backend)
+    except JournalInUseError as exc:
+        raise EvalRunError(str(exc)) from None
+
+
+def _generate_and_score(cfg: Mapping[str, Any], model_path: str | Path, pages_index: str | Path,
+                        tests_dir: str | Path, out: Path, threads: int, *, model_name: str | None,
+                        backend: GenerationBackend | None) -> RunSummary:
+    """:func:`run_generation_and_scoring` while holding the run folder's journal."""
+    generation, stage = cfg["generation"], cfg["eval_run"]
+    settings = DecodingSettings.from_config(generation)
     name = model_name or cfg["model"]["name"]
 
     # the eval split of the page index ((pdf, page) pairs are unique), by pdf and page

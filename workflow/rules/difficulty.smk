@@ -55,8 +55,10 @@ rule difficulty_sample:
         # The run folder: the folder of its statistics (results/difficulty).
         out_dir=lambda wildcards, output: str(Path(output.stats).parent),
         python=GENERATE_PYTHON,
+    # exec and --exit-with-job: the sampler stops when its Snakemake is gone (as the generation jobs)
     shell:
-        "{params.offline} {params.python:q} -m olmpipe.difficulty sample --settings {params.settings:q}"
+        "exec {params.offline} {params.python:q} -m olmpipe.difficulty sample --exit-with-job"
+        " --settings {params.settings:q}"
         " --model {input.model:q} --pages {input.pages:q} --tests {input.tests:q}"
         " --out {params.out_dir:q} --threads {threads} > {log:q} 2>&1"
 
