@@ -88,16 +88,48 @@ class RunSummary:
     model_seconds: float
     overall: float | None
     pipeline: dict[str, Any] | None = None
+    #: Eval pages the model was trained on ({"pdf", "page", "by"}), scored because
+    #: ``eval_run.on_trained_pages`` is ``flag`` (:func:`trained_eval_pages`); None: there were none.
+    trained_pages: list[dict[str, Any]] | None = None
 
     def to_json(self) -> dict[str, Any]:
-        """The ``summary.json`` object; ``pipeline`` only when the pipeline-compatible mode ran."""
+        """The ``summary.json`` object; ``pipeline`` only when the pipeline-compatible mode ran,
+        ``trained_pages`` only when eval pages the model trained on were scored."""
         data = asdict(self)
-        if data["pipeline"] is None:
-            del data["pipeline"]
+        for key in ("pipeline", "trained_pages"):
+            if data[key] is None:
+                del data[key]
         return data
 
 
 # ---------------------------------------------------------------- inputs
+
+
+def trained_eval_pages(model_path: str | Path, pages: Sequence[Mapping[str, Any]], on_trained_pages: str,
+                       pages_index: str | Path) -> list[dict[str, Any]] | None:
+    """The eval ``pages`` that ``model_path`` was trained on (its folder's record of trained pages:
+    :mod:`olmpipe.job.trained`): raises :class:`EvalRunError` naming them when ``on_trained_pages`` is
+    ``refuse``; with ``flag`` returns them ({"pdf", "page", "by"}, logged) to be flagged in the run's
+    summary, the comparison and the report. None when there are none (or the model records none)."""
+    from olmpipe.records.train import TRAINED_PAGES_NAME, trained_pages_of
+
+    if not Path(model_path).is_dir():
+        return None
+    trained = trained_pages_of(model_path, error=EvalRunError)
+    seen = sorted({(str(p["pdf"]), int(p["page"])) for p in pages} & set(trained))
+    if not seen:
+        return None
+    shown = ", ".join(f"{pdf} page {page} ({trained[(pdf, page)]})" for pdf, page in seen[:5])
+    what = (f"{len(seen)} of the {len(pages)} eval pages of {pages_index} are pages {model_path} was trained on "
+            f"({Path(model_path) / TRAINED_PAGES_NAME} lists them: {shown}{' ...' if len(seen) > 5 else ''}): its "
+            "scores there measure memory, not reading")
+    if on_trained_pages == "refuse":
+        raise EvalRunError(f"{what}. Evaluate on pages it was not trained on (bench.split as it was when it was "
+                           "trained, or a separate bench.eval_dir), or set eval_run.on_trained_pages: flag to score "
+                           "them anyway, flagged in the comparison and the report")
+    logger.warning("%s; scored anyway and flagged (eval_run.on_trained_pages: flag)", what)
+    return [{"pdf": pdf, "page": page, "by": trained[(pdf, page)]} for pdf, page in seen]
+
 
 
 def load_eval_tests(tests_dir: str | Path, pages: Sequence[Mapping[str, Any]]) -> list[Any]:
@@ -173,6 +205,7 @@ def summarize(
     seconds: float,
     model_seconds: float,
     overall: float | None,
+    trained_pages: list[dict[str, Any]] | None = None,
 ) -> RunSummary:
     """Run statistics over all records (reused ones included); throughput over the generated ones."""
     n = len(records)
@@ -195,6 +228,7 @@ def summarize(
         model_seconds=round(model_seconds, 3),
         overall=overall,
         pipeline=pipeline_counts(records),
+        trained_pages=trained_pages,
     )
 
 
@@ -248,6 +282,7 @@ def _generate_and_score(cfg: Mapping[str, Any], model_path: str | Path, pages_in
         pages = pages[: stage["max_pages"]]
     if not pages:
         raise EvalRunError(f"{pages_index}: no eval pages to score (check bench.split / bench.eval_dir)")
+    trained_pages = trained_eval_pages(model_path, pages, stage["on_trained_pages"], pages_index)
     tests = load_eval_tests(tests_dir, pages)
     for page in pages:
         if not Path(page["image"]).is_file():
@@ -289,6 +324,7 @@ def _generate_and_score(cfg: Mapping[str, Any], model_path: str | Path, pages_in
         seconds=run.seconds,
         model_seconds=run.model_seconds,
         overall=getattr(score, "overall", None),
+        trained_pages=trained_pages,
     )
     write_summary(out, summary.to_json())
     logger.info(
