@@ -25,6 +25,7 @@ include: "workflow/rules/rasterize.smk"
 include: "workflow/rules/validate.smk"
 include: "workflow/rules/model.smk"
 include: "workflow/rules/baseline.smk"
+include: "workflow/rules/sft.smk"
 include: "workflow/rules/difficulty.smk"
 include: "workflow/rules/train.smk"
 include: "workflow/rules/evaluate.smk"
@@ -44,13 +45,24 @@ rule difficulty:
         rules.difficulty_filter.output,
 
 
-# The trained model: every seed, their soup, the soup's evaluation against the baseline, and the
-# report (results/report/index.html; its job, the last one, prints the comparison table).
+# The SFT model (sft.enabled): every sft seed and their soup (results/sft/soup/model), the model
+# GRPO then starts from.
+rule sft:
+    input:
+        rules.sft_soup.output,
+
+
+# The trained model: every seed, their soup, the soup's evaluation against the baseline (with
+# sft.enabled also the SFT model's against the base), and the report (results/report/index.html;
+# its job, the last one, prints the comparison table).
 rule train:
     input:
         rules.soup.output,
         rules.evaluate_compare.output,
+        rules.evaluate_sft_compare.output if config["sft"]["enabled"] else [],
         rules.report_html.output,
+        # what trivial answers earn with the rewards trained on (results/validate/audit.*)
+        rules.validate_audit.output,
 
 
 # The trained model's evaluation against the baseline (results/evaluate/comparison.json|csv).

@@ -58,6 +58,16 @@ RULE_CODE: Mapping[str, tuple[str, ...]] = MappingProxyType({
         "olmpipe.records.manifest",
         "olmpipe.records.pages",
     ),
+    # The trivial-answer audit scores with the rewards, the unit-test engine and the trainer's dataset
+    # columns; editing any of them reruns only the audit (nothing reads its files).
+    "validate_audit": (
+        "olmpipe.validate.audit",
+        "olmpipe.rewards",
+        "olmpipe.bench",
+        "olmpipe.prompts",
+        "olmpipe.job.data",
+        "olmpipe.records",
+    ),
     # The tiny model's builder and the processor class and chat template it saves (olmpipe.models.load),
     # and the architectures' classes and image budgets (olmpipe.models.architectures).
     "build_model": ("olmpipe.models.tiny", "olmpipe.models.load", "olmpipe.models.architectures", "olmpipe.records.models"),
@@ -102,6 +112,12 @@ RULE_CODE: Mapping[str, tuple[str, ...]] = MappingProxyType({
         "olmpipe.records",
     ),
     "difficulty_filter": ("olmpipe.difficulty.filter", "olmpipe.difficulty.settings", "olmpipe.records"),
+    # The SFT stage: its pairs (the answers' front matter through the prompt module), and its jobs
+    # (the training job, SFT's steps and trainer, their seams into TRL/transformers).
+    "sft_pairs": ("olmpipe.sft.pairs", "olmpipe.prompts", "olmpipe.records.sft", "olmpipe.records.files",
+                  "olmpipe.records.pages", "olmpipe.records.candidates"),
+    "sft_seed": ("olmpipe.job", "olmpipe.sft", "olmpipe.config.sft_fields", "olmpipe.compat", "olmpipe.prompts",
+                 "olmpipe.records"),
     "soup": ("olmpipe.train.soup", "olmpipe.records.files", "olmpipe.records.models"),
     # Not a rule: the code whose edits invalidate the finished generations a generation job (or the
     # difficulty stage) reuses from its journal (olmpipe.evaluate.engine.generation_fingerprint). Decoding

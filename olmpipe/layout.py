@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from olmpipe.records.audit import AUDIT_NAME, AUDIT_SUMMARY_NAME
 from olmpipe.records.candidates import CANDIDATE_DIR
 from olmpipe.records.comparison import COMPARISON_CSV_NAME, COMPARISON_JSON_NAME
 from olmpipe.records.difficulty import DROPPED_NAME, FILTER_NAME, FILTERED_INDEX_NAME, STATS_NAME
@@ -40,6 +41,7 @@ from olmpipe.records.manifest import MERGED_MANIFEST_NAME
 from olmpipe.records.metrics import final_metrics_path
 from olmpipe.records.pages import PAGE_INDEX_NAME
 from olmpipe.records.scores import SCORES_CSV_NAME, SCORES_JSON_NAME, SUMMARY_NAME
+from olmpipe.records.sft import PAIRS_NAME, PAIRS_SUMMARY_NAME
 from olmpipe.records.verdicts import VERDICTS_NAME
 
 RESULTS = PurePosixPath("results")
@@ -61,6 +63,10 @@ PAGE_INDEX = VALIDATE_DIR / PAGE_INDEX_NAME
 VALIDATED_TESTS = VALIDATE_DIR / "tests"
 #: The validate stage's report (counts, every problem, the settings).
 VALIDATE_REPORT = VALIDATE_DIR / "report.json"
+#: The trivial-answer audit of the validated bench (rule ``validate_audit``): one line per page,
+#: answer and guard setting, and its summary.
+VALIDATE_AUDIT = VALIDATE_DIR / AUDIT_NAME
+VALIDATE_AUDIT_SUMMARY = VALIDATE_DIR / AUDIT_SUMMARY_NAME
 #: The difficulty stage (rule ``difficulty``): k completions per training page (its generations and
 #: their resume journal, :mod:`olmpipe.records.generations`) and their statistics.
 DIFFICULTY_DIR = RESULTS / "difficulty"
@@ -81,12 +87,29 @@ def validate_outputs(out_dir: str | Path = VALIDATE_DIR) -> dict[str, str]:
     return {"tests": str(out / VALIDATED_TESTS.name), "report": str(out / VALIDATE_REPORT.name),
             "pages": str(out / PAGE_INDEX.name)}
 
+
+def audit_outputs(out_dir: str | Path = VALIDATE_DIR) -> dict[str, str]:
+    """The trivial-answer audit's outputs in ``out_dir`` (rule ``validate_audit``, ``olmpipe validate
+    --out``): ``records`` (``audit.jsonl``) and ``summary`` (``audit.json``)."""
+    out = PurePosixPath(str(out_dir))
+    return {"records": str(out / VALIDATE_AUDIT.name), "summary": str(out / VALIDATE_AUDIT_SUMMARY.name)}
+
 #: The embedded default model (rule ``build_model``).
 TINY_MODEL_DIR = RESULTS / "model" / "tiny"
 #: Models downloaded from the Hugging Face hub (rule ``download_model``): ``<org>--<name>/<revision>/``.
 HUB_MODEL_DIR = RESULTS / "model" / "hub"
 #: A hub repository id as ``model.path`` may give it: ``org/name`` (no leading ``.`` or ``/``).
 HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*")
+
+#: The SFT stage (rules sft_pairs, sft_seed, sft_soup): its pairs, one run folder per sft seed
+#: (the training job's layout, :data:`TRAIN_RUN`), and the soup GRPO starts from.
+SFT_DIR = RESULTS / "sft"
+SFT_PAIRS = SFT_DIR / PAIRS_NAME
+SFT_PAIRS_SUMMARY = SFT_DIR / PAIRS_SUMMARY_NAME
+#: An sft seed's run folder, as a rule pattern (wildcard ``seed``).
+SFT_RUN = str(SFT_DIR / "seed{seed}")
+#: The mean of the sft seeds' final weights (rule ``sft_soup``): the SFT model.
+SFT_MODEL_DIR = SFT_DIR / "soup" / "model"
 
 TRAIN_DIR = RESULTS / "train"
 #: A seed's run folder, as a rule pattern (wildcard ``seed``): checkpoints, metrics, the final model.
@@ -103,16 +126,22 @@ SOUP_MODEL_DIR = TRAIN_DIR / "soup" / FINAL_MODEL_NAME
 
 BASELINE_DIR = RESULTS / "baseline"
 EVALUATE_DIR = RESULTS / "evaluate"
-#: The trained-vs-baseline comparison (rule ``evaluate_compare``).
+#: The trained-vs-baseline comparison (rule ``evaluate_compare``): GRPO against the model it started
+#: from (the base model, or with ``sft.enabled`` the SFT model).
 COMPARISON_JSON = EVALUATE_DIR / COMPARISON_JSON_NAME
 COMPARISON_CSV = EVALUATE_DIR / COMPARISON_CSV_NAME
+#: With ``sft.enabled``: the SFT model against the base model (rule ``evaluate_sft_compare``).
+SFT_COMPARISON_JSON = EVALUATE_DIR / f"sft_{COMPARISON_JSON_NAME}"
+SFT_COMPARISON_CSV = EVALUATE_DIR / f"sft_{COMPARISON_CSV_NAME}"
 
 REPORT_DIR = RESULTS / "report"
 #: The self-contained HTML report (rule ``report_html``) and its plots (rule ``report_plots``).
 REPORT_HTML = REPORT_DIR / "index.html"
 PLOTS_DIR = REPORT_DIR / "plots"
-#: The report's plots, by name (:func:`olmpipe.report.plots.write_plots` draws each one).
+#: The report's plots, by name (:func:`olmpipe.report.plots.write_plots` draws each one); with
+#: ``sft.enabled`` also :data:`SFT_PLOT` (the SFT runs' loss per step).
 PLOT_NAMES = ("rewards", "type_rates", "page_change")
+SFT_PLOT = "sft_loss"
 
 
 def in_results(path: str | Path) -> str:
@@ -133,6 +162,11 @@ def plot_path(name: str, folder: str | Path = PLOTS_DIR) -> str:
 def train_run_dir(seed: int | str) -> str:
     """The run folder of seed ``seed``: ``results/train/seed<seed>``."""
     return TRAIN_RUN.format(seed=seed)
+
+
+def sft_run_dir(seed: int | str) -> str:
+    """The run folder of sft seed ``seed``: ``results/sft/seed<seed>``."""
+    return SFT_RUN.format(seed=seed)
 
 
 def seed_of(run_dir: str | Path) -> int | None:
@@ -370,6 +404,22 @@ def evaluate_run_dir(cfg: Mapping[str, Any]) -> str:
     """Run folder of the trained model's generation and scores (the baseline's layout):
     ``results/evaluate/<model.name>``."""
     return str(EVALUATE_DIR / cfg["model"]["name"])
+
+
+def sft_model_name(cfg: Mapping[str, Any]) -> str:
+    """Display name of the SFT model in tables and the report: ``<model.name>+sft``."""
+    return f"{cfg['model']['name']}+sft"
+
+
+def sft_eval_run_dir(cfg: Mapping[str, Any]) -> str:
+    """Run folder of the SFT model's generation and scores (the baseline's layout):
+    ``results/evaluate/<model.name>+sft``."""
+    return str(EVALUATE_DIR / sft_model_name(cfg))
+
+
+def grpo_base_dir(cfg: Mapping[str, Any]) -> str:
+    """The model GRPO starts from: the SFT model with ``sft.enabled``, else the base model folder."""
+    return str(SFT_MODEL_DIR) if cfg["sft"]["enabled"] else model_dir(cfg)
 
 
 def train_page_index(cfg: Mapping[str, Any]) -> str:

@@ -20,7 +20,7 @@
 # --gpu sets up a GPU machine for the olmOCR 2 recipe (config/olmocr2.yaml): the default index's
 # torch 2.13.0 (a CUDA 13.0 build: NVIDIA driver 580 or newer), GPU vLLM, DeepSpeed and bitsandbytes
 # for QLoRA (the `vllm`, `deepspeed` and `qlora` extras of pyproject.toml: the versions
-# olmpipe.train.packages checks at job start)
+# olmpipe.job.packages checks at job start)
 # and the package, resolved in one pip call so that nothing may replace torch 2.13.0; then it checks
 # that everything imports and that torch is a CUDA build. workflow/envs/olmpipe-gpu.yaml installs the
 # same set for `--sdm conda`. --resolve-only REPORT resolves that set against the package index and
@@ -92,7 +92,7 @@ if [[ $gpu == 1 ]]; then
     echo "setup.sh: installing CUDA torch 2.13.0, vLLM, DeepSpeed and olmpipe (.[$extras], editable; several GB)" >&2
     "${pip[@]}" "${gpu_packages[@]}"
     # Everything the recipe's jobs need imports, at the versions they check for (torch: a CUDA build).
-    if ! "$venv/bin/python" -m olmpipe.train.packages --strategy zero2 --processes 2 --vllm-mode server --cuda >&2; then
+    if ! "$venv/bin/python" -m olmpipe.job.packages --strategy zero2 --processes 2 --vllm-mode server --cuda >&2; then
         echo "setup.sh: the GPU environment is incomplete (above). A CPU-only torch comes from pip's" \
              "configuration (a find-links folder or an extra index offering torch 2.13.0+cpu)." >&2
         exit 1

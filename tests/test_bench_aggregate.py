@@ -41,8 +41,25 @@ def test_repeats_majority_missing_pages_and_files():
     assert len(missing) == 1 and missing[0].reason == MISSING_REASON and missing[0].repeat is None
     assert len([v for v in score.verdicts if v.test_id == "p"]) == 3
     out = score.to_json()
-    assert set(out) == {"overall", "by_type", "by_jsonl", "ci95"} and len(out["ci95"]) == 2
+    assert set(out) == {"overall", "by_type", "by_jsonl", "ci95", "short_answer_guard"} and len(out["ci95"]) == 2
+    assert out["short_answer_guard"] == {k: out[k] for k in ("overall", "by_type", "by_jsonl", "ci95")}  # no short pass
     json.dumps(out)
+
+
+def test_guarded_scores_fail_passes_of_too_short_answers_beside_the_reference():
+    """A repeat answering "a" passes present "alpha" in olmOCR-Bench (partial_ratio aligns "a" inside
+    it, olmocr #461): the reference score counts it, the guarded score beside it does not, and the
+    verdict line says so; a real answer's pass is kept by both."""
+    texts = {("d.pdf", 1, 1): "a", ("d.pdf", 1, 2): "a", ("d.pdf", 1, 3): "nope",  # p: 2/3, both short
+             ("d.pdf", 2, 1): "beta", ("e.pdf", 1, 1): "fine text"}
+    score = score_candidate(small_tests(), texts)
+    assert score.test_scores["p"] == 2 / 3 and score.by_type["present"] == pytest.approx((2 / 3 + 1) / 2)
+    guarded = score.to_json()["short_answer_guard"]
+    assert guarded["by_type"]["present"] == 0.5 and guarded["by_jsonl"]["x.jsonl"] == pytest.approx(2 / 3)
+    assert guarded["overall"] < score.overall
+    assert [(v.repeat, v.passed, v.short_answer) for v in score.verdicts if v.test_id == "p"] == [
+        (1, True, True), (2, True, True), (3, False, False)]
+    assert not any(v.short_answer for v in score.verdicts if v.test_id != "p")
 
 
 def test_bootstrap_ci_is_seeded_and_brackets_the_mean():

@@ -63,6 +63,7 @@ def test_per_test_majority_matches_the_hand_made_pattern(runs):
 def test_scores_and_counts(comparison):
     expected = {  # (scope, name): (tests, baseline, trained, gained, lost, changed)
         ("overall", "overall"): (6, 1 / 8, 3 / 4, 4, 0, 4),
+        ("guarded", "overall"): (6, 1 / 8, 3 / 4, 4, 0, 4),  # no answer is too short for its tests
         ("type", "absent"): (2, 0.0, 5 / 6, 2, 0, 2),
         ("type", "present"): (4, 1 / 4, 5 / 6, 2, 0, 4),  # b1's pass rate rose 0 -> 1/3 too
         ("jsonl", "a.jsonl"): (4, 1 / 4, 1.0, 3, 0, 3),
@@ -193,13 +194,16 @@ def test_written_files_and_table(comparison, tmp_path):
     assert len(data["tests"]) == 6 and len(data["pages"]) == 3
     with open(tmp_path / "c.csv", newline="") as fh:
         rows = list(csv.DictReader(fh))
-    assert [r["name"] for r in rows] == ["overall", "absent", "present", "a.jsonl", "b.jsonl"]
+    assert [(r["scope"], r["name"]) for r in rows] == [
+        ("overall", "overall"), ("guarded", "overall"), ("type", "absent"), ("type", "present"),
+        ("jsonl", "a.jsonl"), ("jsonl", "b.jsonl")]
     assert float(rows[0]["p_value"]) == pytest.approx(0.125)
     assert float(rows[0]["difference_high"]) == pytest.approx(0.975)
     table = format_table(data)
     lines = table.splitlines()
     assert "overall" in lines[3] and "12.5% -> 75.0%" in lines[3] and "+62.5" in lines[3]
     assert "[ +40.0,  +97.5]" in lines[3] and "0.125" in lines[3]
+    assert lines[4].startswith("guarded overall") and "12.5% -> 75.0%" in lines[4]
     assert not any("a.jsonl" in line for line in lines)
     assert table.count("WARNING") == 4
 
@@ -270,10 +274,25 @@ def test_scores_equal_the_bench_engines_scores_json(runs, comparison):
     for run, attr in ((runs[0], "baseline"), (runs[1], "trained")):
         scores = json.loads((Path(run.folder) / "scores.json").read_text())
         assert getattr(comparison.row("overall", "overall"), attr) == pytest.approx(scores["overall"])
+        guarded = scores["short_answer_guard"]["overall"]
+        assert getattr(comparison.row("guarded", "overall"), attr) == pytest.approx(guarded)
         for name, value in scores["by_type"].items():
             assert getattr(comparison.row("type", name), attr) == pytest.approx(value)
         for name, value in scores["by_jsonl"].items():
             assert getattr(comparison.row("jsonl", name), attr) == pytest.approx(value)
+
+
+def test_guarded_outcome_fails_the_passes_of_too_short_answers(tmp_path):
+    """A verdict line marked short_answer (a pass the short-answer guard rejects) still counts for
+    olmOCR-Bench's outcome, not for the guarded one; lines without the key (older files) are not short."""
+    base = {"test_id": "a1", "type": "present", "jsonl": "a.jsonl", "pdf": "doc1.pdf", "page": 1,
+            "reason": ""}  # fmt: skip
+    lines = [{**base, "repeat": 1, "passed": True, "short_answer": True},
+             {**base, "repeat": 2, "passed": True, "short_answer": True},
+             {**base, "repeat": 3, "passed": True}]
+    (tmp_path / "verdicts.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    (outcome,) = compare.load_verdicts(tmp_path / "verdicts.jsonl").values()
+    assert (outcome.passes, outcome.short_passes, outcome.passed, outcome.guarded_passed) == (3, 2, True, False)
 
 
 def test_a_page_without_output_counts_as_one_failed_run(tmp_path):

@@ -28,10 +28,12 @@ def test_every_key_is_typed_described_and_defaulted():
         assert "type" in sub, f"{path}: no type"
         assert sub.get("description"), f"{path}: no description"
         assert "default" in sub, f"{path}: no default"
-        if sub["type"] == "object" and path != "train.grpo":
+        if sub["type"] == "object" and path not in ("train.grpo", "sft.args"):
             assert sub.get("additionalProperties") is False, f"{path}: must reject unknown keys"
-    # train.grpo is open to every GRPOConfig field; olmpipe.config.grpo_fields checks names and types
+    # train.grpo is open to every GRPOConfig field and sft.args to every SFTConfig field;
+    # olmpipe.config.grpo_fields / sft_fields check names and types
     assert load_schema()["properties"]["train"]["properties"]["grpo"]["additionalProperties"] is True
+    assert load_schema()["properties"]["sft"]["properties"]["args"]["additionalProperties"] is True
 
 
 def test_schema_defaults_are_valid():
@@ -235,3 +237,13 @@ def test_nested_command_line_values_take_the_types_of_the_schema(tmp_path):
     wrong = _dry_run(tmp_path, "train_seeds", "--config", "train={grpo: {max_steps: three}}")
     assert wrong.returncode != 0
     assert "config key train/grpo/max_steps: 'three' is not of type 'integer'" in wrong.stdout + wrong.stderr
+
+
+def test_sft_args_are_checked_against_sftconfig():
+    with pytest.raises(ConfigError, match=r"sft/args\.learnig_rate: not a field of TRL's SFTConfig; did you mean learning_rate"):
+        load_config(overrides={"sft": {"args": {"learnig_rate": 1e-4}}})
+    with pytest.raises(ConfigError, match=r"sft/args\.output_dir: set by olmpipe"):
+        load_config(overrides={"sft": {"args": {"output_dir": "x"}}})
+    with pytest.raises(ConfigError, match=r"sft/seed_overrides/0/args\.max_steps: 0 is not a step count"):
+        load_config(overrides={"sft": {"seed_overrides": [{"seed": 0, "args": {"max_steps": 0}}]}})
+    assert load_config(overrides={"sft": {"args": {"optim": "adamw_torch"}}})["sft"]["args"]["optim"] == "adamw_torch"

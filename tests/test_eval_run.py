@@ -580,3 +580,31 @@ def test_pipeline_mode_with_the_tiny_model_on_a_rotated_sample_page(stage, tiny_
     assert len(noise["attempts"]) == 2 and noise["pipeline"]["fallback"] is True
     assert "3.71T" in noise["text"] and noise["pipeline"]["fallback_source"] == "pdfium"
     assert summary.pipeline["rotation_retried"] == 1 and summary.pipeline["fallback"] == 2
+
+
+class OneLetterBackend(EchoBackend):
+    """Answers every page with the front matter and the letter "a"."""
+
+    def generate(self, requests, sampling):
+        self.seen += [r.key for r in requests]
+        return [Completion(ANSWER.format(text="a"), "stop", 5, 7, 0.01) for _ in requests]
+
+
+def test_scores_report_the_short_answer_guard_beside_olmocr_bench(stage):
+    """An answer of one letter passes every present test whose text holds it (olmocr #461): the
+    olmOCR-Bench score counts those passes, the guarded score beside it in scores.json, scores.csv,
+    summary.json and each verdict line does not."""
+    out = stage[3]
+    summary = run(stage, OneLetterBackend())
+    scores = json.loads((out / "scores.json").read_text())
+    guarded = scores["short_answer_guard"]
+    assert scores["by_type"]["present"] == 1.0 and guarded["by_type"]["present"] == 0.0
+    assert guarded["overall"] < scores["overall"] == summary.overall
+    assert summary.overall_guarded == guarded["overall"]
+    assert json.loads((out / "summary.json").read_text())["overall_guarded"] == guarded["overall"]
+    rows = {(r["scope"], r["name"]): r for r in csv.DictReader((out / "scores.csv").open())}
+    assert float(rows[("overall", "overall")]["guarded_score"]) == pytest.approx(guarded["overall"])
+    assert float(rows[("type", "present")]["score"]) == 1.0 and float(rows[("type", "present")]["guarded_score"]) == 0.0
+    verdicts = [json.loads(line) for line in (out / "verdicts.jsonl").read_text().splitlines()]
+    assert {v["short_answer"] for v in verdicts if v["type"] == "present"} == {True}
+    assert not any(v["short_answer"] for v in verdicts if v["type"] != "present")

@@ -27,7 +27,7 @@ def test_compare_folders_writes_json_and_csv(runs, tmp_path):
     assert data["settings"]["bootstrap_samples"] == 5
     assert data["rows"][0]["difference_ci"] == pytest.approx([0.4, 0.975])  # see test_compare
     with open(tmp_path / "c.csv", newline="") as fh:
-        assert len(list(csv.DictReader(fh))) == len(comp.rows) == 5
+        assert len(list(csv.DictReader(fh))) == len(comp.rows) == 6  # overall, guarded overall, 2 types, 2 files
 
 
 def test_main_compare_only_prints_the_table(runs, tmp_path, capsys):
@@ -39,7 +39,8 @@ def test_main_compare_only_prints_the_table(runs, tmp_path, capsys):
     lines = out.splitlines()
     assert lines[1].startswith("score") and "baseline -> trained" in lines[1]
     assert lines[3].startswith("overall") and "12.5% -> 75.0%" in lines[3] and "+62.5" in lines[3]
-    assert [line.split()[0] for line in lines[4:6]] == ["absent", "present"]
+    assert lines[4].startswith("guarded overall")  # the short-answer guard's score beside olmOCR-Bench's
+    assert [line.split()[0] for line in lines[5:7]] == ["absent", "present"]
     assert evaluate.main(["--table", str(tmp_path / "c.json")]) == 0
     assert capsys.readouterr().out == out
 

@@ -25,7 +25,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ("job",),
     ("launch",),
     ("plan",),
-    ("rasterize", "validate", "synth", "difficulty", "train", "evaluate", "report"),
+    ("rasterize", "validate", "synth", "sft", "difficulty", "train", "evaluate", "report"),
     ("results", "rundiff", "cli", "moved", "__init__", "__main__"),
 )
 FLOOR = {unit: i for i, units in enumerate(FLOORS) for unit in units}

@@ -51,6 +51,7 @@ ALLOWED = {
     "README.md": "the model card PEFT's save_pretrained writes into an adapter folder (olmpipe.job.peft)",
     # Package data, not results.
     "grpo_fields.json": "package data beside olmpipe/config/grpo_fields.py (GRPOConfig's fields)",
+    "sft_fields.json": "package data beside olmpipe/config/sft_fields.py (SFTConfig's fields)",
     # The parity reference (../shared/bench/parity-dev): an external data set, read only by olmpipe.bench.parity.
     "results.jsonl": "the parity reference's olmocr verdicts (olmpipe.bench.parity)",
     "variants.jsonl": "the parity reference's completion variants (olmpipe.bench.parity)",

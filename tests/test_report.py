@@ -47,6 +47,8 @@ def test_headline_and_score_table(html):
     assert "could be chance" in html  # p = 0.125 > 0.05
     for name in ("overall", "absent", "present", "a.jsonl", "b.jsonl"):
         assert f"<td>{name}</td>" in html
+    assert "<td>guarded</td><td>overall</td>" in html  # the short-answer guard's score beside
+    assert "With the short-answer guard" in html and "12.5% &rarr; 75.0% (+62.5 points)." in html
 
 
 def test_guards_are_shown(html):
@@ -259,6 +261,24 @@ def test_difficulty_section_off_and_on(setup, tmp_path):
     assert "33.3% &rarr; 0.0% of the kept pages" in on
 
 
+def test_guards_section_names_the_short_answer_training_signal(setup, tmp_path):
+    """Each seed's steps with short high-reward completions (bench/short_high_reward > 0), the first
+    of them, the largest and last values, and the most tests passed through a too-short match."""
+    comparison = setup[1]
+    hacking, clean = tmp_path / "seed0.jsonl", tmp_path / "seed1.jsonl"
+    hacking.write_text("".join(json.dumps({"step": s, "bench/short_high_reward": h, "bench/short_passes": p}) + "\n"
+                               for s, h, p in ((1, 0.0, 0.0), (2, 3.0, 12.0), (3, 7.0, 30.0))))
+    clean.write_text("".join(json.dumps({"step": s, "bench/short_high_reward": 0.0, "bench/short_passes": 0.0})
+                             + "\n" for s in (1, 2)))
+    html = report.build_report(comparison=comparison, plots={}, settings=report.ReportSettings(),
+                               metrics={"seed0": hacking, "seed1": clean, "seed2": tmp_path / "none.jsonl"})
+    section = html[html.index("<h2>Reward-hacking guards</h2>"):]
+    assert "<code>bench/short_high_reward</code>" in section
+    assert "<tr><td>seed0</td><td class='warn'>2 of 3 (first: step 2)</td><td>7</td><td>7</td><td>30</td></tr>" in section
+    assert "<tr><td>seed1</td><td>0 of 2</td><td>0</td><td>0</td><td>0</td></tr>" in section
+    assert "<tr><td>seed2</td><td colspan='4' class='muted'>not logged</td></tr>" in section
+
+
 def test_main_reads_each_configured_seeds_final_metrics_as_the_workflow_does(setup, tmp_path, monkeypatch):
     """Without --metrics, `olmpipe report` plots results/train/seed<n>/model.metrics.jsonl of the
     config's seeds, the file rule report_plots declares; not the live metrics.jsonl beside the
@@ -277,7 +297,7 @@ def test_main_reads_each_configured_seeds_final_metrics_as_the_workflow_does(set
     (tmp_path / "config.yaml").write_text("train:\n  seeds: [0, 1]\n")
     seen = {}
 
-    def recording_write_plots(comparison, metrics, out_dir):
+    def recording_write_plots(comparison, metrics, out_dir, sft_metrics=None):
         seen.update(metrics)
         return {}
 

@@ -52,8 +52,10 @@ def _earnings_ids() -> list[str]:
 
 @pytest.fixture(scope="module")
 def scorer_reward():
-    """One micro and one macro reward sharing the module (one worker process each)."""
-    micro, macro = BenchReward(average="micro", processes=1), BenchReward(average="macro", processes=1)
+    """One micro and one macro reward with olmOCR's semantics (the short-answer guard off), sharing
+    the module (one worker process each)."""
+    micro = BenchReward(average="micro", processes=1, short_answer_guard=False)
+    macro = BenchReward(average="macro", processes=1, short_answer_guard=False)
     yield micro, macro
     micro.close()
     macro.close()
@@ -69,13 +71,8 @@ def _variants(with_math: bool):
     return [r for r in rows if with_math or all(types[t] != "math" for t in r["reward_test_ids"])]
 
 
-@pytest.mark.skipif(not PARITY.is_dir(), reason="parity-dev fixtures not present")
-@pytest.mark.parametrize("with_math", [False, pytest.param(True, marks=[
-    pytest.mark.browser, pytest.mark.skipif(not HAS_MATH, reason="KaTeX math checker not built yet")])])
-def test_parity_with_olmocr_reward(scorer_reward, with_math):
-    """bench_reward / bench_macro_reward equal olmOCR's micro and macro rewards on the parity variants."""
+def _variant_batch(with_math: bool) -> tuple[list[dict], list[str], dict]:
     rows = _variants(with_math)
-    assert len(rows) > 300
     texts = []
     for row in rows:
         with open(PARITY / row["variant_file"], encoding="utf-8", newline="") as fh:
@@ -84,6 +81,17 @@ def test_parity_with_olmocr_reward(scorer_reward, with_math):
         "test_ids": [r["reward_test_ids"] for r in rows],
         "jsonl_file": [str(SAMPLE / r["reward_jsonl_file"]) for r in rows],
     }
+    return rows, texts, kwargs
+
+
+@pytest.mark.skipif(not PARITY.is_dir(), reason="parity-dev fixtures not present")
+@pytest.mark.parametrize("with_math", [False, pytest.param(True, marks=[
+    pytest.mark.browser, pytest.mark.skipif(not HAS_MATH, reason="KaTeX math checker not built yet")])])
+def test_parity_with_olmocr_reward(scorer_reward, with_math):
+    """With the short-answer guard off, bench_reward / bench_macro_reward equal olmOCR's micro and
+    macro rewards on the parity variants."""
+    rows, texts, kwargs = _variant_batch(with_math)
+    assert len(rows) > 300
     micro, macro = scorer_reward
     got_micro = micro(prompts=[None] * len(rows), completions=texts, **kwargs)
     got_macro = macro(prompts=[None] * len(rows), completions=texts, **kwargs)
@@ -93,6 +101,24 @@ def test_parity_with_olmocr_reward(scorer_reward, with_math):
         if abs(m - r["reward_micro"]) > 1e-9 or abs(a - r["reward_macro"]) > 1e-9
     ]
     assert not bad, f"{len(bad)} of {len(rows)} variants differ, e.g. {bad[:5]}"
+
+
+@pytest.mark.skipif(not PARITY.is_dir(), reason="parity-dev fixtures not present")
+def test_short_answer_guard_lowers_only_the_near_empty_parity_variants():
+    """With the guard on (the default), the reward differs from olmOCR's only on variants whose text
+    is near-empty (the fixtures' `blank` operator leaves "\n" or a few spaces, which olmOCR rewards
+    with up to 1.0: olmocr #461), and only downwards, to what an empty answer earns."""
+    rows, texts, kwargs = _variant_batch(False)
+    with BenchReward(average="micro", processes=1) as guarded, \
+            BenchReward(average="micro", processes=1, short_answer_guard=False) as reference:
+        got, ref = (r(prompts=[None] * len(rows), completions=texts, **kwargs) for r in (guarded, reference))
+        empty = reference(prompts=[None] * len(rows), completions=[""] * len(rows), **kwargs)
+    assert ref == [r["reward_micro"] for r in rows]
+    changed = [i for i in range(len(rows)) if got[i] != ref[i]]
+    assert changed, "the parity variants hold near-empty answers the reference rewards"
+    assert all(got[i] < ref[i] for i in changed)
+    assert all(rows[i]["n_chars"] <= 4 and not texts[i].strip() for i in changed), [rows[i]["variant_id"] for i in changed]
+    assert all(got[i] == empty[i] for i in changed)
 
 
 def test_conversational_completions_and_metrics(scorer_reward):
@@ -294,7 +320,8 @@ def test_every_registered_reward_builds_under_its_name():
                                                                 "medoid")
     cfg["rewards"]["weights"] = {name: float(i) for i, name in enumerate(REWARD_NAMES)}
     cfg["rewards"].update(max_chars=123, score_text="page_text")
-    cfg["rewards"]["bench"].update(types=["table"], jsonl_regex="data", processes=0, timeout_s=3, memory_mb=100)
+    cfg["rewards"]["bench"].update(types=["table"], jsonl_regex="data", processes=0, timeout_s=3, memory_mb=100,
+                                   short_answer_guard=False, short_signal={"length_share": 0.5, "min_reward": 0.9})
     rewards = build_rewards(cfg["rewards"], tokenizer=Tok(), extra_eos_ids=[4])
     assert rewards.names == [f"{name}_reward" for name in REWARD_NAMES]
     assert rewards.weights == [float(i) for i in range(len(REWARD_NAMES))]
@@ -303,6 +330,7 @@ def test_every_registered_reward_builds_under_its_name():
     for bench in (micro, macro):
         assert (bench.types, bench.jsonl_regex, bench.score_text) == ({"table"}, "data", "page_text")
         assert (bench.processes, bench.timeout_s, bench.memory_mb) == (0, 3.0, 100.0)
+        assert (bench.short_answer_guard, bench.short_length_share, bench.short_min_reward) == (False, 0.5, 0.9)
     assert macro.scorer() is micro.scorer()
     assert (front_matter, elements, rect) == (front_matter_reward, element_count_reward, rect_tables_reward)
     assert eos.eos_token_ids == {3, 4} and edit.max_chars == medoid.max_chars == 123
@@ -456,3 +484,132 @@ def test_rows_whose_tests_cannot_be_found_score_none_and_count_as_errors(tmp_pat
     assert ["neither a 'test_files'" in reasons[0], "is not in" in reasons[1], "cannot be read" in reasons[2],
             "cannot be loaded" in reasons[3], "is a string" in reasons[4]] == [True] * 5
     assert reward(completions=["x", "y"], test_ids="ab", test_files=files[:2]) == [None, None]  # a string column
+
+
+# ---------------------------------------------------------------- the short-answer guard (olmocr #461)
+SENTENCES = [
+    "The committee approved the annual budget after a long debate",
+    "The treasurer presented the audited accounts for the year",
+    "The next meeting will take place in the town hall",
+    "The minutes were read and approved without amendment",
+]
+HEADER = "ACME QUARTERLY REPORT PAGE 3"
+#: A real page's transcription: every sentence, two of them with an OCR error, and the running header.
+PAGE_ANSWER = (FM + f"{HEADER}\n\n# Minutes\n\n{SENTENCES[0]}. {SENTENCES[1].replace('audited', 'audlted')}. "
+               f"{SENTENCES[2].replace('meeting', 'rneeting')}. {SENTENCES[3]}.\n")
+
+
+def _page_bench(tmp_path: Path, pages: int = 2) -> tuple[list[list[str]], list[list[str]]]:
+    """Test files of ``pages`` pages, each with the three present sentences and an absent header test."""
+    rows, ids = [], []
+    for p in range(1, pages + 1):
+        page_ids = [f"p{p}_{k}" for k in range(len(SENTENCES))] + [f"p{p}_header"]
+        rows += [{"pdf": "minutes.pdf", "page": p, "id": i, "type": "present", "text": t}
+                 for i, t in zip(page_ids, SENTENCES, strict=False)]
+        rows.append({"pdf": "minutes.pdf", "page": p, "id": page_ids[-1], "type": "absent", "text": HEADER})
+        ids.append(page_ids)
+    path = tmp_path / "minutes.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return ids, [[str(path)] * len(i) for i in ids]
+
+
+@pytest.mark.parametrize("answer", [" ", "e", "\n", "The", "approved"])
+def test_the_training_reward_guards_the_five_answers_by_default(tmp_path, answer):
+    """Issue 29's five answers pass the present test in olmOCR-Bench; the training reward (the guard
+    on by default in the config) gives them nothing, and a real answer still everything."""
+    path = tmp_path / "t.jsonl"
+    path.write_text(json.dumps({"pdf": "a.pdf", "page": 1, "id": "t", "type": "present", "text": SENTENCES[0]}) + "\n")
+    cfg = load_config()
+    assert cfg["rewards"]["bench"]["short_answer_guard"] is True
+    cfg["rewards"]["weights"].update(front_matter=None, eos=None)
+    rewards = build_rewards(cfg["rewards"])
+    (guarded,) = rewards.funcs
+    kwargs = {"test_ids": [["t"]] * 2, "test_files": [[str(path)]] * 2}
+    try:
+        assert guarded(completions=[answer, PAGE_ANSWER], **kwargs) == [0.0, 1.0]
+        with BenchReward(processes=0, short_answer_guard=False) as reference:
+            assert reference(completions=[answer, PAGE_ANSWER], **kwargs) == [1.0, 1.0]
+    finally:
+        rewards.close()
+
+
+class _Tok:
+    eos_token_id = 7
+
+
+def _policy_rewards(policy, ids, files, *, guard: bool) -> tuple[float, dict[str, list[float]]]:
+    """Mean total reward (TRL's weighted sum, the config's default rewards: bench, front matter, EOS)
+    of a scripted policy answering G = 4 completions per page, and the metrics the rewards logged."""
+    cfg = load_config()
+    cfg["rewards"]["bench"].update(short_answer_guard=guard, processes=0)
+    rewards = build_rewards(cfg["rewards"], tokenizer=_Tok())
+    group = 4
+    rows = [(page, policy(page)) for page in range(len(ids)) for _ in range(group)]
+    logged: dict[str, list[float]] = {}
+    kwargs = {
+        "prompts": [None] * len(rows),
+        "completions": [[{"role": "assistant", "content": text}] for _, text in rows],
+        "completion_ids": [[1, 2, _Tok.eos_token_id]] * len(rows),  # every answer ends on EOS
+        "test_ids": [ids[page] for page, _ in rows], "test_files": [files[page] for page, _ in rows],
+        "log_metric": lambda name, value: logged.setdefault(name, []).append(value),
+    }
+    try:
+        per_func = [func(**kwargs) for func in rewards.funcs]
+    finally:
+        rewards.close()
+    totals = [sum(w * values[i] for w, values in zip(rewards.weights, per_func, strict=True)) for i in range(len(rows))]
+    return sum(totals) / len(totals), logged
+
+
+def test_a_one_word_policy_earns_less_than_the_page_with_the_guard_and_more_without(tmp_path):
+    """The bug, reproduced and fixed: answering every page with "The" earns more than transcribing
+    it under olmOCR-Bench's semantics (all four sentences contain "The" and the header is absent:
+    every test passes; the transcription has two OCR errors and keeps the running header, and its
+    front matter earns 0.5 that "The" does not), and less with the short-answer guard. The training
+    signal shows the one-word policy either way.
+
+    (Front matter plus "The" is scored as a 120-character text with rewards.score_text: full, longer
+    than these sentences: partial_ratio then aligns each sentence inside it, and it fails; the
+    validate stage's audit measures both answers on a real bench.)"""
+    ids, files = _page_bench(tmp_path)
+    one_word, page = (lambda _: "The"), (lambda _: PAGE_ANSWER)
+    word_off, word_off_metrics = _policy_rewards(one_word, ids, files, guard=False)
+    page_off, page_off_metrics = _policy_rewards(page, ids, files, guard=False)
+    word_on, word_on_metrics = _policy_rewards(one_word, ids, files, guard=True)
+    page_on, _ = _policy_rewards(page, ids, files, guard=True)
+    assert word_off > page_off  # olmOCR-Bench's reward: writing less earns more
+    assert word_on < page_on  # the guard: it does not
+    assert page_on == page_off and word_on < word_off
+    assert (word_off, page_off, word_on) == pytest.approx((2.0, 1.9, 1.2))
+    # 8 completions x 4 sentences passed through a too-short match, guard or not ...
+    assert word_off_metrics["bench/short_passes"] == word_on_metrics["bench/short_passes"] == [32.0]
+    # ... and 8 short completions with a high reward without the guard, none with it
+    assert word_off_metrics["bench/short_high_reward"] == [8.0] and word_on_metrics["bench/short_high_reward"] == [0.0]
+    assert page_off_metrics["bench/short_passes"] == page_off_metrics["bench/short_high_reward"] == [0.0]
+
+
+def test_short_signal_reads_the_reference_answer_when_there_is_one(tmp_path):
+    """With a reference answer the page's length is its page text; without one, the tests' texts.
+    An answer that is short against a long reference but holds every test's text is counted."""
+    ids, files = _page_bench(tmp_path, pages=1)
+    answer = FM + "\n\n".join(SENTENCES)  # passes every present test for real
+    reference = FM + "\n\n".join(SENTENCES * 10)  # a page ten times as long
+    logged: dict[str, list[float]] = {}
+    with BenchReward(processes=0) as reward:
+        for ref in (None, reference):
+            got = reward(completions=[answer], test_ids=ids, test_files=files, reference=[ref],
+                         log_metric=lambda name, value: logged.setdefault(name, []).append(value))
+            assert got == [1.0]
+    assert logged["bench/short_high_reward"] == [0.0, 1.0] and logged["bench/short_passes"] == [0.0, 0.0]
+
+
+def test_guarded_verdict_log_names_the_guard(tmp_path):
+    ids, files = _page_bench(tmp_path, pages=1)
+    extra: dict[str, list] = {}
+    with BenchReward(processes=0) as reward:
+        reward(completions=["The"], test_ids=ids, test_files=files,
+               log_extra=lambda name, values: extra.__setitem__(name, list(values)))
+    verdicts = json.loads(extra["bench_verdicts"][0])
+    assert [(v["type"], v["passed"], v.get("short", False)) for v in verdicts] == [
+        ("present", False, True)] * 4 + [("absent", True, False)]
+    assert "short-answer guard" in verdicts[0]["reason"]

@@ -402,22 +402,30 @@ def test_lora_settings_are_no_run_setting_while_lora_is_off():
 def test_checkpoints_of_earlier_commits_resume_under_auto(tmp_path, case):
     """A checkpoint written by 1d966ff (before LoRA, fp32 masters, difficulty, the server's log-probs
     switch and the training-set record) or by c955618 (train.peft.* stored while off) resumes under
-    `resume: auto` with the same config; a real change is still named."""
+    `resume: auto` with the same config; a real change is still named. They trained on olmOCR-Bench's
+    reward, before the short-answer guard: with the guard off they resume, with it on (the new
+    default) the changed reward is named."""
     from olmpipe.job.resume import ResumeMismatchError, changed_keys, decide, run_settings
 
     stored = STORED[case]
-    cfg = load_config(overrides=stored["overrides"])
+    unguarded = json.loads(json.dumps(stored["overrides"]))
+    unguarded.setdefault("rewards", {}).setdefault("bench", {})["short_answer_guard"] = False
+    cfg = load_config(overrides=unguarded)
     current = {**run_settings(cfg, 0, "results/model/tiny", 1), **PAGES}
     newest = _fake_checkpoint(tmp_path, 2, stored["settings"])
     assert decide("auto", tmp_path, current).checkpoint == newest
     assert changed_keys(stored["settings"], current) == []
+    guarded = {**run_settings(load_config(overrides=stored["overrides"]), 0, "results/model/tiny", 1), **PAGES}
+    assert changed_keys(stored["settings"], guarded) == ["rewards.bench.short_answer_guard"]
+    with pytest.raises(ResumeMismatchError, match=r"rewards\.bench\.short_answer_guard: False -> True"):
+        decide("auto", tmp_path, guarded)
     grpo = {**stored["overrides"]["train"]["grpo"], "learning_rate": 0.5}
-    changed = {**run_settings(load_config(overrides={**stored["overrides"], "train": {
+    changed = {**run_settings(load_config(overrides={**unguarded, "train": {
         **stored["overrides"]["train"], "grpo": grpo}}), 0, "results/model/tiny", 1), **PAGES}
     with pytest.raises(ResumeMismatchError, match=r"\(train\.grpo\.learning_rate: 0\.01 -> 0\.5\)"):
         decide("auto", tmp_path, changed)
     if "server" in case:  # the server's log-probs switch: absent before it existed = TRL 1.16's processed_logprobs
-        raw = json.loads(json.dumps(stored["overrides"]))
+        raw = json.loads(json.dumps(unguarded))
         raw["train"]["vllm_server"] = {"logprobs_mode": "raw_logprobs"}
         assert changed_keys(stored["settings"], run_settings(load_config(overrides=raw), 0, "results/model/tiny",
                                                              1)) == ["train.vllm_server.logprobs_mode"]
@@ -445,7 +453,7 @@ def test_renamed_checkpointing_knob_reaches_older_transformers():
     """transformers 5.17 (the vLLM environment, the GPU image) has only gradient_checkpointing."""
     from dataclasses import dataclass
 
-    from olmpipe.train.args import _for_installed
+    from olmpipe.compat.transformers import for_installed as _for_installed
 
     @dataclass
     class Old:

@@ -114,6 +114,7 @@ HARMLESS = [
     {"train": {"grpo": {"save_steps": 3, "logging_steps": 2}}},
     {"train": {"device": "cpu", "dtype": "float32", "completions_every": 3}},
     {"rewards": {"bench": {"timeout_s": 3, "processes": 2}}},
+    {"rewards": {"bench": {"short_signal": {"length_share": 0.5, "min_reward": 0.9}}}},  # a metric only
 ]
 TRAJECTORY = [
     ({"train": {"grpo": {"per_device_train_batch_size": 8}}}, "train.grpo.per_device_train_batch_size"),
@@ -122,8 +123,19 @@ TRAJECTORY = [
     ({"train": {"grpo": {"learning_rate": 0.5}}}, "train.grpo.learning_rate"),
     ({"train": {"grpo": {"beta": 0.04}}}, "train.grpo.beta"),
     ({"rewards": {"weights": {"eos": 0.5}}}, "rewards.weights.eos"),
+    ({"rewards": {"bench": {"short_answer_guard": False}}}, "rewards.bench.short_answer_guard"),
 ]
 SERVER = {"train": {"grpo": {"use_vllm": True, "vllm_mode": "server"}}}
+
+
+def test_a_checkpoint_from_before_the_short_answer_guard_trained_without_it():
+    """Checkpoints written before rewards.bench.short_answer_guard existed trained on olmOCR-Bench's
+    reward: they resume unchanged with the guard off and stop, naming the key, with it on (the default)."""
+    on = run_settings(load_config(overrides={"train": {"grpo": GRPO}}), 0, "m")
+    off = run_settings(load_config(overrides={"train": {"grpo": GRPO}, "rewards": {"bench": {"short_answer_guard": False}}}),
+                       0, "m")
+    old = {k: v for k, v in on.items() if k != "rewards.bench.short_answer_guard"}
+    assert changed_keys(old, off) == [] and changed_keys(old, on) == ["rewards.bench.short_answer_guard"]
 
 
 def test_the_server_logprobs_mode_is_a_trajectory_setting_in_server_mode():
@@ -415,7 +427,7 @@ def test_more_steps_on_a_finished_run_whose_last_checkpoint_is_gone_train_on_fro
     shutil.copytree(full, run)
     shutil.rmtree(run / "model")
     shutil.rmtree(run / "checkpoint-4")
-    with caplog.at_level("INFO", logger="olmpipe.train"):
+    with caplog.at_level("INFO", logger="olmpipe.job"):
         assert train_seed(_config(resume="continue", grpo={**GRPO, "max_steps": 6}), seed=0, model_path=setup["model"],
                           pages=setup["pages"], tests_dir=setup["tests"], run_dir=run,
                           reward_funcs=[LowIdReward()]) == 0

@@ -136,9 +136,9 @@ def test_whole_chain_on_a_tiny_qwen3_vl(tmp_path):
     (tmp_path / "config").mkdir()
     (tmp_path / "config" / "config.yaml").write_text(yaml.safe_dump(QWEN3_OVERRIDES))
     proc = snakemake(tmp_path, "train", "--configfile", str(REPO / "config" / "tiny-qwen3vl.yaml"))
-    assert job_counts(proc) == {"rasterize": 1, "validate": 1, "build_model": 1, "baseline_generate": 1,
-                                "train_seed": 2, "soup": 1, "evaluate_generate": 1, "evaluate_compare": 1,
-                                "report_plots": 1, "report_html": 1, "train": 1}
+    assert job_counts(proc) == {"rasterize": 1, "validate": 1, "validate_audit": 1, "build_model": 1,
+                                "baseline_generate": 1, "train_seed": 2, "soup": 1, "evaluate_generate": 1,
+                                "evaluate_compare": 1, "report_plots": 1, "report_html": 1, "train": 1}
     results = tmp_path / "results"
     folders = [results / "model" / "tiny", *(results / "train" / f"seed{s}" / "model" for s in (0, 1)),
                results / "train" / "soup" / "model"]

@@ -195,6 +195,23 @@ def test_cli_exit_codes(bench, tmp_path, monkeypatch):
     assert main([*args, "--on-invalid", "drop"]) == 0
 
 
+def test_cli_prints_the_trivial_answer_audit_and_writes_it_beside_the_outputs(bench, tmp_path, capsys):
+    """`olmpipe validate` ends with the audit (what empty, one-word, front-matter-only ... answers earn
+    with the configured rewards, guard off -> on); --no-audit skips it."""
+    config = tmp_path / "config.yaml"
+    config.write_text(f"bench:\n  dir: {bench}\nvalidate:\n  check_math: false\n")
+    args = ["--config", str(config), "--manifest", str(tmp_path / "rasterize" / "manifest.jsonl"),
+            "--out", str(tmp_path / "v")]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("Trivial-answer audit: 5 pages") and "one_word" in out and "guard off -> on" in out
+    lines = (tmp_path / "v" / "audit.jsonl").read_text().splitlines()
+    assert len(lines) == 5 * 8 * 2 and json.loads((tmp_path / "v" / "audit.json").read_text())["pages"] == 5
+    (tmp_path / "v" / "audit.json").unlink()
+    assert main([*args, "--no-audit"]) == 0
+    assert capsys.readouterr().out == "" and not (tmp_path / "v" / "audit.json").exists()
+
+
 def test_check_pdf_field():
     assert check_pdf_field("a/b.pdf") is None
     assert "backslash" in check_pdf_field("a\\b.pdf")

@@ -67,6 +67,21 @@ def test_edited_jsonl_reruns_validate_only(workdir):
     assert "one-more" in (workdir / "results/validate/pages.jsonl").read_text()
 
 
+def test_audit_reruns_on_a_reward_change_and_validate_does_not(workdir):
+    """validate_audit reads the validated pages and the rewards: a reward setting (the guard) or its
+    own warn share reruns it alone; its records and log table are written."""
+    assert job_counts(snakemake(workdir, "validate_audit")) == {"validate_audit": 1}
+    first = json.loads((workdir / "results/validate/audit.json").read_text())
+    assert first["settings"]["short_answer_guard"] is True and first["pages"] == 5
+    assert "Trivial-answer audit: 5 pages" in (workdir / "logs/validate_audit/validate_audit.log").read_text()
+    with (workdir / "config" / "config.yaml").open("a") as fh:
+        fh.write("  audit:\n    warn_share: 0.9\nrewards:\n  bench:\n    short_answer_guard: false\n")
+    assert job_counts(snakemake(workdir, "validate_audit")) == {"validate_audit": 1}
+    again = json.loads((workdir / "results/validate/audit.json").read_text())
+    assert again["settings"]["short_answer_guard"] is False and again["settings"]["warn_share"] == 0.9
+    assert again["pages_best"] == first["pages_best"]  # both guard settings are audited either way
+
+
 def test_added_pdf_rasterizes_only_that_pdf(workdir):
     pages = workdir / "results/rasterize/pages"
     before = {png: png.stat().st_mtime_ns for png in pages.rglob("*.png")}

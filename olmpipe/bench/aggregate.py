@@ -12,6 +12,11 @@ Follows ``olmocr/bench/benchmark.py`` (0.4.27):
   averages the per-file means, like the reference (here with a seeded generator, so it is
   reproducible).
 
+Beside these scores, :attr:`CandidateScore.guarded` holds the same scores under the short-answer
+guard (:mod:`olmpipe.bench.shortguard`: a pass through a fuzzy match inside an answer too short to
+hold the test's text counts as failed), from the same verdicts; each verdict records whether the
+guard rejects it (``short_answer``).
+
 Deviations: a candidate missing every file of a PDF is scored with those tests failed (the
 reference refuses to score it unless ``--force``); a repeat file's page is read from its
 ``_pg<N>_repeat<K>.md`` suffix (the reference searches ``_pg<N>_`` anywhere in the name, which
@@ -35,6 +40,8 @@ from olmpipe.records.verdicts import CandidateVerdict
 
 BASELINE_JSONL = "baseline"
 MISSING_REASON = "Missing MD files"
+#: Key of the scores under the short-answer guard in :meth:`CandidateScore.to_json` (``scores.json``).
+GUARDED_KEY = "short_answer_guard"
 
 TextKey = tuple[str, int, int]  # (pdf, page, repeat)
 
@@ -51,10 +58,15 @@ class CandidateScore:
     test_scores: dict[str, float] = field(default_factory=dict)  # test id -> pass rate over repeats
     type_counts: dict[str, int] = field(default_factory=dict)
     jsonl_counts: dict[str, tuple[int, int]] = field(default_factory=dict)  # file -> (passed, total)
+    #: the same scores under the short-answer guard: ``{"overall", "by_type", "by_jsonl", "ci95"}``
+    guarded: dict | None = None
 
     def to_json(self) -> dict:
-        return {"overall": self.overall, "by_type": dict(self.by_type), "by_jsonl": dict(self.by_jsonl),
-                "ci95": [float(self.ci95[0]), float(self.ci95[1])]}
+        out = {"overall": self.overall, "by_type": dict(self.by_type), "by_jsonl": dict(self.by_jsonl),
+               "ci95": [float(self.ci95[0]), float(self.ci95[1])]}
+        if self.guarded is not None:
+            out[GUARDED_KEY] = self.guarded
+        return out
 
 
 def bootstrap_ci(groups: Sequence[Sequence[float]], *, n_bootstrap: int = 1000, level: float = 0.95,
@@ -96,7 +108,7 @@ def score_candidate(tests: Sequence[Test], texts: Mapping[TextKey, str], *, scor
     jobs = [((pdf, page, rep), by_page[(pdf, page)]) for (pdf, page), reps in repeats.items()
             for rep in sorted(reps)]
 
-    outcomes: dict[str, list[tuple[int | None, bool, str]]] = {t.id: [] for t in tests}
+    outcomes: dict[str, list[tuple[int | None, bool, str, bool]]] = {t.id: [] for t in tests}
     step = max(32, len(jobs) // 20)  # batches: progress updates without starving the workers
     for start in range(0, len(jobs), step):
         batch = jobs[start:start + step]
@@ -106,21 +118,33 @@ def score_candidate(tests: Sequence[Test], texts: Mapping[TextKey, str], *, scor
             results = [run_tests(texts[key], page_tests) for key, page_tests in batch]
         for (key, _), verdicts in zip(batch, results, strict=True):
             for v in verdicts:
-                outcomes[v.test_id].append((key[2], v.passed, v.reason))
+                outcomes[v.test_id].append((key[2], v.passed, v.reason, v.short))
         if progress is not None:
             progress(len(batch))
 
     verdicts: list[CandidateVerdict] = []
-    test_scores: dict[str, float] = {}
-    type_scores: dict[str, list[float]] = {}
-    jsonl_outcomes: dict[str, list[float]] = {}
     for t in tests:
         runs = sorted(outcomes[t.id], key=lambda o: o[0])
         if not runs:
             verdicts.append(CandidateVerdict(t.id, t.type, _jsonl_of(t), t.pdf, t.page, None, False, MISSING_REASON))
-        verdicts += [CandidateVerdict(t.id, t.type, _jsonl_of(t), t.pdf, t.page, rep, ok, reason)
-                     for rep, ok, reason in runs]
-        avg = sum(ok for _, ok, _ in runs) / len(runs) if runs else 0.0
+        verdicts += [CandidateVerdict(t.id, t.type, _jsonl_of(t), t.pdf, t.page, rep, ok, reason, short)
+                     for rep, ok, reason, short in runs]
+    score = _aggregate(tests, outcomes, guard=False, n_bootstrap=n_bootstrap, seed=seed)
+    score.verdicts = verdicts
+    score.guarded = _aggregate(tests, outcomes, guard=True, n_bootstrap=n_bootstrap, seed=seed).to_json()
+    return score
+
+
+def _aggregate(tests: Sequence[Test], outcomes: Mapping[str, Sequence[tuple[int | None, bool, str, bool]]], *,
+               guard: bool, n_bootstrap: int, seed: int) -> CandidateScore:
+    """The scores of ``outcomes`` (test id -> ``(repeat, passed, reason, short)`` per repeat); with
+    ``guard`` a short pass counts as failed (the short-answer guard)."""
+    test_scores: dict[str, float] = {}
+    type_scores: dict[str, list[float]] = {}
+    jsonl_outcomes: dict[str, list[float]] = {}
+    for t in tests:
+        runs = outcomes[t.id]
+        avg = sum(ok and not (guard and short) for _, ok, _, short in runs) / len(runs) if runs else 0.0
         test_scores[t.id] = avg
         type_scores.setdefault(t.type, []).append(avg)
         jsonl_outcomes.setdefault(_jsonl_of(t), []).append(1.0 if avg > 0.5 else 0.0)
@@ -131,7 +155,6 @@ def score_candidate(tests: Sequence[Test], texts: Mapping[TextKey, str], *, scor
         by_type={k: sum(v) / len(v) for k, v in sorted(type_scores.items())},
         by_jsonl=dict(sorted(by_jsonl.items())),
         ci95=bootstrap_ci(list(jsonl_outcomes.values()), n_bootstrap=n_bootstrap, seed=seed),
-        verdicts=verdicts,
         test_scores=test_scores,
         type_counts={k: len(v) for k, v in sorted(type_scores.items())},
         jsonl_counts={k: (int(sum(v)), len(v)) for k, v in sorted(jsonl_outcomes.items())},

@@ -3,7 +3,10 @@
 Each ``check_<type>(test, page)`` takes a test from :mod:`olmpipe.bench.model` and a
 :class:`~olmpipe.bench.pagetext.PageText` and returns ``(passed, reason)`` with the reference's
 verdict (olmocr 0.4.27 ``tests.py``; ``format``/``footnote`` from olmocr main). Table checks live in
-:mod:`olmpipe.bench.tables`; math goes to ``olmpipe.bench.mathtest``.
+:mod:`olmpipe.bench.tables`; math goes to ``olmpipe.bench.mathtest``. The checks whose fuzzy match
+the short-answer guard looks at (``present``/``absent``, ``format``, ``footnote``;
+:mod:`olmpipe.bench.shortguard`) return ``(passed, reason, short)`` instead: ``short`` is True when
+the reference passes the test only through a match inside a string too short to hold its text.
 
 Speed-ups that cannot change a verdict: an exact substring hit short-cuts ``partial_ratio`` (it
 would return 100), and rapidfuzz prunes with a ``score_cutoff`` just under the threshold (scores at
@@ -25,6 +28,7 @@ from rapidfuzz import fuzz
 from olmpipe.bench.nearmatch import order_failure
 from olmpipe.bench.normalize import normalize_text
 from olmpipe.bench.repeat import ngram_repeats
+from olmpipe.bench.shortguard import too_short
 
 _IMAGE_TAG = re.compile(r"!\[.*?\]\(.*?\)")
 _DISALLOWED = re.compile(
@@ -57,8 +61,13 @@ def _partial_ratio(query: str, content: str, threshold: float) -> float:
     return fuzz.partial_ratio(query, content, score_cutoff=cutoff) / 100.0
 
 
-def check_presence(test, page) -> tuple[bool, str]:
-    """``present`` / ``absent``: fuzzy substring search of the normalized text."""
+def check_presence(test, page) -> tuple[bool, str, bool]:
+    """``present`` / ``absent``: fuzzy substring search of the normalized text.
+
+    ``short``: a ``present`` test passed although the searched content is too short to hold its
+    text (PR #462's rule, :func:`~olmpipe.bench.shortguard.too_short`); ``absent`` tests keep the
+    reference verdict under the guard (see :mod:`olmpipe.bench.shortguard`), so theirs is False.
+    """
     query = test._query
     content = page.normalized if test.case_sensitive else page.normalized_lower
     first_n, last_n = test.first_n, test.last_n
@@ -72,16 +81,16 @@ def check_presence(test, page) -> tuple[bool, str]:
     best = _partial_ratio(query, content, threshold)
     if test.type == "present":
         if best >= threshold:
-            return True, ""
+            return True, "", too_short(len(content), len(query), test.max_diffs)
         if len(query) * len(content) > EXACT_REASON_CELLS:
             return False, (f"Expected '{query[:40]}...' with threshold {threshold} but best match ratio was below it "
-                           f"(not computed exactly for a {len(query)}-character text)")
+                           f"(not computed exactly for a {len(query)}-character text)"), False
         best = fuzz.partial_ratio(query, content) / 100.0  # the exact score, for the reason only
-        return False, f"Expected '{query[:40]}...' with threshold {threshold} but best match ratio was {best:.3f}"
+        return False, f"Expected '{query[:40]}...' with threshold {threshold} but best match ratio was {best:.3f}", False
     if best < threshold:
-        return True, ""
+        return True, "", False
     return False, (f"Expected absence of '{query[:40]}...' with threshold {threshold} "
-                   f"but best match ratio was {best:.3f}")
+                   f"but best match ratio was {best:.3f}"), False
 
 
 def _order_shortcut(before: str, after: str, content: str) -> bool:
@@ -162,23 +171,33 @@ _FORMAT_PATTERNS = {
 }
 
 
-def check_format(test, page) -> tuple[bool, str]:
-    """``format``: ``text`` occurs (fuzzily) inside a heading / bold / italic span of the page."""
+def check_format(test, page) -> tuple[bool, str, bool]:
+    """``format``: ``text`` occurs (fuzzily) inside a heading / bold / italic span of the page.
+
+    ``short``: every span that matched is too short to hold the text (``**e**`` for a bold test of
+    any text with an ``e``); the search goes on past a short match for one long enough, so the
+    verdict stays the reference's.
+    """
     spans = [m for pattern in _FORMAT_PATTERNS[test.format] for m in pattern.findall(page.raw)]
     spans = [normalize_text(s) for s in spans]
     if not test.case_sensitive:
         spans = [s.lower() for s in spans]
     query = test._query
     threshold = 1.0 - (test.max_diffs / (len(query) if len(query) > 0 else 1))
+    short_match = False
     for span in spans:
         if fuzz.partial_ratio(query, span) / 100.0 >= threshold:
-            return True, ""
+            if not too_short(len(span), len(query), test.max_diffs):
+                return True, "", False
+            short_match = True
+    if short_match:
+        return True, "", True
     if spans:
         sample = ", ".join(f"'{s[:20]}...'" if len(s) > 20 else f"'{s}'" for s in spans[:3])
         found = f"Found {test.format} text: {sample}"
     else:
         found = f"No {test.format} formatted text found"
-    return False, f"Text '{test.text[:40]}...' not found with {test.format} formatting. {found}"
+    return False, f"Text '{test.text[:40]}...' not found with {test.format} formatting. {found}", False
 
 
 # ----------------------------------------------------------------------- footnote (olmocr main)
@@ -199,9 +218,11 @@ def _marker_spans(marker: str, content: str) -> list[tuple[int, int]]:
     return spans
 
 
-def _near_marker(target: str, spans, content: str, max_diffs: int, before: bool) -> bool:
+def _near_marker(target: str, spans, content: str, max_diffs: int, before: bool) -> tuple[bool, bool]:
+    """(found near some marker, found only in windows too short to hold the target)."""
     clean_target = _alnum_lower(target)
     threshold = 1.0 - (max_diffs / (len(target) if len(target) > 0 else 1))
+    short_match = False
     for start, end in spans:
         window = content[max(0, start - _FOOTNOTE_WINDOW):start] if before else content[end:end + _FOOTNOTE_WINDOW]
         clean = _alnum_lower(window)
@@ -211,22 +232,33 @@ def _near_marker(target: str, spans, content: str, max_diffs: int, before: bool)
         if n > 0:
             clean = clean[-n:] if before else clean[:n]
         if fuzz.partial_ratio(clean_target, clean) / 100.0 >= threshold:
-            return True
-    return False
+            if not too_short(len(clean), len(clean_target), max_diffs):
+                return True, False
+            short_match = True
+    return short_match, short_match
 
 
-def check_footnote(test, page) -> tuple[bool, str]:
-    """``footnote``: the marker occurs, with the given text right before / after one occurrence."""
+def check_footnote(test, page) -> tuple[bool, str, bool]:
+    """``footnote``: the marker occurs, with the given text right before / after one occurrence.
+
+    ``short``: a text was found only in windows too short to hold it (``[^1] a`` for any text
+    after the marker that contains an ``a``).
+    """
     content = page.raw
     spans = _marker_spans(test.marker, content)
     if not spans:
         return False, (f"Footnote marker '{test.marker}' not found as [^{test.marker}], "
-                       f"<sup>{test.marker}</sup>, or superscript")
+                       f"<sup>{test.marker}</sup>, or superscript"), False
     before_text = normalize_text(test.appears_before_marker) if test.appears_before_marker else None
     after_text = normalize_text(test.appears_after_marker) if test.appears_after_marker else None
     failures = []
-    if before_text and not _near_marker(before_text, spans, content, test.max_diffs, before=True):
-        failures.append(f"Text '{before_text[:40]}...' not found before any occurrence of marker '{test.marker}'")
-    if after_text and not _near_marker(after_text, spans, content, test.max_diffs, before=False):
-        failures.append(f"Text '{after_text[:40]}...' not found after any occurrence of marker '{test.marker}'")
-    return (False, "; ".join(failures)) if failures else (True, "")
+    short = False
+    for text, before in ((before_text, True), (after_text, False)):
+        if not text:
+            continue
+        found, only_short = _near_marker(text, spans, content, test.max_diffs, before=before)
+        short = short or only_short
+        if not found:
+            where = "before" if before else "after"
+            failures.append(f"Text '{text[:40]}...' not found {where} any occurrence of marker '{test.marker}'")
+    return (False, "; ".join(failures), False) if failures else (True, "", short)

@@ -66,21 +66,34 @@ DEFAULT_MEMORY_MB = 2048  # address space per worker (a worker idles at ~50 MB, 
 
 @dataclass(frozen=True)
 class BatchResult:
-    """Verdicts of one completion plus its micro (passed/total) and macro (mean per-type) reward."""
+    """Verdicts of one completion plus its micro (passed/total) and macro (mean per-type) reward.
+
+    ``guarded_micro`` / ``guarded_macro`` are the same with the short-answer guard
+    (:mod:`olmpipe.bench.shortguard`): passes through a too-short match count as failed.
+    """
 
     verdicts: list[Verdict]
     micro: float
     macro: float
     timed_out: bool = False
     errors: list[str] = field(default_factory=list)
+    guarded_micro: float = 0.0
+    guarded_macro: float = 0.0
 
     @classmethod
     def from_verdicts(cls, verdicts: list[Verdict]) -> BatchResult:
         micro, macro = micro_macro(verdicts)
+        guarded_micro, guarded_macro = micro_macro(verdicts, guard=True)
         timed_out = any(v.reason == TIMEOUT_REASON for v in verdicts)
         errors = [f"{v.test_id}: {v.reason}" for v in verdicts
                   if v.reason.startswith("error:") or v.reason in (CRASH_REASON, MEMORY_REASON)]
-        return cls(verdicts, micro, macro, timed_out, errors)
+        return cls(verdicts, micro, macro, timed_out, errors, guarded_micro, guarded_macro)
+
+    def reward(self, average: str, *, guard: bool) -> float:
+        """The ``"micro"`` or ``"macro"`` reward, with the short-answer guard or without."""
+        if average == "micro":
+            return self.guarded_micro if guard else self.micro
+        return self.guarded_macro if guard else self.macro
 
 
 def _failed(tests: Sequence, reason: str) -> BatchResult:

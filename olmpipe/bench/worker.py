@@ -7,7 +7,8 @@ is a list of ``(index, text, key)`` (the completions of one chunk share the test
 ``tests_by_key``, so a GRPO group's tests travel once), scores every item of the chunk with its own
 deadline (``TIMEOUT_S`` from the item's start; tests still pending past it fail with ``"timeout"``)
 and answers the whole chunk with one ``("results", [(index, verdicts), ...])`` message (verdicts as
-``(test_id, passed, reason, type)`` tuples). ``None`` stops it.
+``(test_id, passed, reason, type, short)`` tuples, :class:`~olmpipe.bench.run.Verdict`'s fields).
+``None`` stops it.
 
 One message per chunk instead of one per completion saves the scorer a wake-up, a receive and an
 unpickle per completion. The scorer still needs to know what a worker is doing to kill a hung one
@@ -194,7 +195,7 @@ def _score_chunk(chunk, tests_by_key, timeout_s: float, state: dict,
         if memory is not None:
             verdicts, out_of_memory = memory, True
             log.warning("completion %d crossed the worker's memory limit; the worker retires", index)
-        out.append((index, [(v.test_id, v.passed, v.reason, v.type) for v in verdicts]))
+        out.append((index, [(v.test_id, v.passed, v.reason, v.type, v.short) for v in verdicts]))
         if out_of_memory:
             break
     if progress is not None:

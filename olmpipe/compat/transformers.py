@@ -29,3 +29,24 @@ def tied_weight_names(model: Any) -> set[str]:
         raise UpstreamChangedError(f"{type(model).__name__} has no all_tied_weights_keys (transformers 5.17-5.24 "
                                    "set it in PreTrainedModel.post_init); update olmpipe/compat/transformers.py")
     return set(tied)
+
+
+#: transformers 5.24 renamed ``gradient_checkpointing`` to ``activation_checkpointing``; older
+#: releases (5.17, vLLM 0.31's and the GPU image's) know only the old names.
+RENAMED = {"activation_checkpointing": "gradient_checkpointing",
+           "activation_checkpointing_kwargs": "gradient_checkpointing_kwargs"}
+
+
+def for_installed(knobs: dict[str, Any], config_class: Any) -> dict[str, Any]:
+    """``knobs`` with renamed fields spelled as the installed TRL config class (``GRPOConfig``,
+    ``SFTConfig``, both ``TrainingArguments``) spells them."""
+    import dataclasses
+
+    fields = {f.name for f in dataclasses.fields(config_class)}
+    out = dict(knobs)
+    for new, old in RENAMED.items():
+        if new in out and new not in fields and old in fields:
+            value = out.pop(new)
+            if not out.get(old):  # an explicitly set old name wins
+                out[old] = value
+    return out

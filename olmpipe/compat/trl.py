@@ -5,8 +5,8 @@ checks the installed releases: :func:`olmpipe.compat.versions.require`); ``tests
 drives every seam through the installed classes. Line numbers are TRL 1.16.0's, transformers
 5.24.0's (5.17.0's in brackets), accelerate 1.15.0's.
 
-- :class:`TrainerSeams` (any transformers ``Trainer``) and :class:`GRPOTrainerSeams` (TRL's
-  ``GRPOTrainer``) override private methods and hand each to a public hook of olmpipe's trainers
+- :class:`TrainerSeams` (any transformers ``Trainer``), :class:`GRPOTrainerSeams` (TRL's
+  ``GRPOTrainer``) and :class:`SFTTrainerSeams` (TRL's ``SFTTrainer``) override private methods and hand each to a public hook of olmpipe's trainers
   (:class:`olmpipe.job.trainer.ResumableTrainer`, :class:`olmpipe.train.trainer.ResumableGRPOTrainer`):
   ``_load_from_checkpoint`` -> :meth:`~TrainerSeams.restore_checkpoint`, ``_load_best_model`` ->
   :meth:`~TrainerSeams.restore_best_model`, ``save_model``'s private ``_internal_call`` (the call
@@ -35,12 +35,13 @@ from olmpipe.compat.versions import UpstreamChangedError, require
 require("trl", "transformers", "accelerate")
 
 # after the version check, which names what is wrong before an import could fail on it
-from trl import GRPOTrainer
+from trl import GRPOTrainer, SFTTrainer
 from trl.trainer.utils import RepeatSampler
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["EpochSeededRepeatSampler", "GRPOTrainerSeams", "GenerationBatch", "TrainerSeams", "after_vllm_weight_sync",
+__all__ = ["EpochSeededRepeatSampler", "GRPOTrainerSeams", "GenerationBatch", "SFTTrainerSeams", "TrainerSeams",
+           "after_vllm_weight_sync",
            "epoch_seeded", "latest_generation_batch", "selective_log_softmax", "set_vllm_weight_stream",
            "vllm_sync_sharding", "vllm_weight_stream"]
 
@@ -157,6 +158,17 @@ class GRPOTrainerSeams(TrainerSeams, GRPOTrainer):
 
     def _get_train_sampler(self, dataset: Any = None) -> Any:
         return self.make_train_sampler(super()._get_train_sampler(dataset))
+
+
+class SFTTrainerSeams(TrainerSeams, SFTTrainer):
+    """TRL's ``SFTTrainer`` with transformers' checkpoint methods as public hooks (:class:`TrainerSeams`).
+
+    Its data order needs no seam: ``SFTTrainer`` keeps transformers' sampler, which accelerate 1.15
+    replaces by its ``SeedableRandomSampler`` (``data_loader.py:73-106, 1196-1207``; transformers
+    5.24 ``use_seedable_sampler`` defaults to True, ``trainer_pt_utils.py:1508``): epoch ``e``'s
+    permutation is drawn from ``data_seed + e``, and a resume skips the batches already seen
+    (``trainer.py:1852``), so it sees the pages of an uninterrupted run.
+    """
 
 
 # ------------------------------------------------------------------ the record of the latest batch

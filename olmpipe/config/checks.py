@@ -65,6 +65,20 @@ def seed_batch_problems(config: Mapping[str, Any], world_size: int) -> list[str]
     return problems
 
 
+def sft_problems(config: Mapping[str, Any]) -> list[str]:
+    """``sft.args`` and the per-seed overrides checked against TRL's SFTConfig fields
+    (:mod:`olmpipe.config.sft_fields`)."""
+    from olmpipe.config.sft_fields import check_knobs
+
+    sft = config.get("sft")
+    if not isinstance(sft, Mapping):
+        return []
+    problems = check_knobs(sft.get("args", {}), "sft/args")
+    for i, override in enumerate(sft.get("seed_overrides", [])):
+        problems += check_knobs(override.get("args", {}), f"sft/seed_overrides/{i}/args")
+    return problems
+
+
 def grpo_problems(config: Mapping[str, Any]) -> list[str]:
     """``train.grpo`` and the per-seed overrides checked against TRL's GRPOConfig fields, and the
     batch arithmetic TRL would reject at train time."""

@@ -88,19 +88,21 @@ def _json_type(value: Any) -> str:
     return "array" if isinstance(value, list) else "object"
 
 
-def check_knobs(knobs: Mapping[str, Any], where: str, fields: Mapping[str, list[str]] | None = None) -> list[str]:
-    """Problems of ``knobs`` against GRPOConfig: unknown names (with the closest valid one), fields
-    olmpipe owns, wrong types, and ``max_steps`` outside ``-1`` or ``>= 1``."""
+def check_knobs(knobs: Mapping[str, Any], where: str, fields: Mapping[str, list[str]] | None = None, *,
+                owned: Mapping[str, str] = OWNED, config_name: str = "GRPOConfig") -> list[str]:
+    """Problems of ``knobs`` against TRL's ``config_name`` (``GRPOConfig``; the SFT stage's
+    ``SFTConfig``: :mod:`olmpipe.config.sft_fields`): unknown names (with the closest valid one),
+    fields olmpipe owns (``owned``), wrong types, and ``max_steps`` outside ``-1`` or ``>= 1``."""
     fields = load_fields() if fields is None else fields
     problems = []
     for name, value in knobs.items():
-        if name in OWNED:
-            problems.append(f"{where}.{name}: set by olmpipe from {OWNED[name]}; remove it here")
+        if name in owned:
+            problems.append(f"{where}.{name}: set by olmpipe from {owned[name]}; remove it here")
             continue
         if name not in fields:
             close = difflib.get_close_matches(name, list(fields), n=1, cutoff=0.6)
-            hint = f"; did you mean {close[0]}?" if close else " (see TRL's GRPOConfig)"
-            problems.append(f"{where}.{name}: not a field of TRL's GRPOConfig{hint}")
+            hint = f"; did you mean {close[0]}?" if close else f" (see TRL's {config_name})"
+            problems.append(f"{where}.{name}: not a field of TRL's {config_name}{hint}")
             continue
         kind = _json_type(value)
         allowed = fields[name]

@@ -99,9 +99,9 @@ def validate_config(config: Mapping[str, Any], schema: Mapping[str, Any] | None 
     errors = sorted(validator.iter_errors(filled), key=lambda e: list(e.absolute_path))
     if errors:
         raise ConfigError("invalid configuration:\n" + "\n".join(f"  - {_describe(e)}" for e in errors))
-    from olmpipe.config.checks import grpo_problems, model_problems, nonfinite_problems
+    from olmpipe.config.checks import grpo_problems, model_problems, nonfinite_problems, sft_problems
 
-    problems = nonfinite_problems(filled) or (grpo_problems(filled) + model_problems(filled))
+    problems = nonfinite_problems(filled) or (grpo_problems(filled) + sft_problems(filled) + model_problems(filled))
     if problems:
         raise ConfigError("invalid configuration:\n" + "\n".join(f"  - {p}" for p in problems))
     return filled

@@ -10,6 +10,9 @@ Reads each run folder's ``verdicts.jsonl`` (one line per test and repeat) and ``
   (JSONL file) scores the share of its tests passed; the overall score is the mean over
   categories. Per test type, the score is the mean over the type's tests of their pass rate over
   repeats (with one repeat: the share of tests passed);
+- beside the overall score, the same under the short-answer guard (row ``guarded``/``overall``:
+  passes through a fuzzy match inside an answer too short to hold the test's text count as failed,
+  :mod:`olmpipe.bench.shortguard`; from the verdicts' ``short_answer`` key);
 - for every score, bootstrap 95% intervals for both runs and for the paired difference, and a
   paired sign-flip test on per-test outcomes (:mod:`olmpipe.evaluate.stats`, fixed seed);
 - reward-hacking guards (:mod:`olmpipe.evaluate.guards`): output length per page, gains coming only from
@@ -34,7 +37,7 @@ from olmpipe.evaluate.stats import Interval, paired_bootstrap, sign_flip_test, s
 from olmpipe.records import comparison as records
 from olmpipe.records.generations import GENERATIONS_NAME, read_generations
 from olmpipe.records.scores import SUMMARY_NAME, read_summary
-from olmpipe.records.verdicts import VERDICTS_NAME, read_verdicts
+from olmpipe.records.verdicts import SHORT_ANSWER_KEY, VERDICTS_NAME, read_verdicts
 
 log = logging.getLogger(__name__)
 
@@ -86,6 +89,12 @@ class TestOutcome:
     passes: int
     repeats: int
     reason: str = ""
+    short_passes: int = 0  # passes the short-answer guard rejects
+
+    @property
+    def guarded_passed(self) -> bool:
+        """:attr:`passed` with the short-answer guard (its rejected passes count as failed)."""
+        return 2 * (self.passes - self.short_passes) > self.repeats
 
     @property
     def passed(self) -> bool:
@@ -187,20 +196,21 @@ def load_verdicts(path: str | Path) -> dict[str, TestOutcome]:
             raise ComparisonError(f"{path}:{lineno}: duplicate verdict for test {tid!r} repeat {repeat}")
         seen.add((tid, repeat))
         ident = (str(rec["type"]), str(rec["jsonl"]), str(rec["pdf"]), int(rec["page"]))
-        entry = counts.setdefault(tid, [ident, 0, 0, ""])
+        entry = counts.setdefault(tid, [ident, 0, 0, "", 0])
         if entry[0] != ident:
             raise ComparisonError(
                 f"{path}:{lineno}: test {tid!r} has type/jsonl/pdf/page {ident}, earlier lines say {entry[0]}"
             )
         entry[1] += int(rec["passed"])
         entry[2] += 1
+        entry[4] += int(bool(rec["passed"]) and bool(rec.get(SHORT_ANSWER_KEY)))
         if not rec["passed"] and not entry[3]:
             entry[3] = str(rec.get("reason") or "")
     if not counts:
         raise ComparisonError(f"{path}: no verdicts")
     return {
-        tid: TestOutcome(tid, *ident, passes=p, repeats=n, reason=reason)
-        for tid, (ident, p, n, reason) in sorted(counts.items())
+        tid: TestOutcome(tid, *ident, passes=p, repeats=n, reason=reason, short_passes=short)
+        for tid, (ident, p, n, reason, short) in sorted(counts.items())
     }
 
 
@@ -311,6 +321,8 @@ def compare_runs(base: RunData, trained: RunData, settings: CompareSettings) -> 
 
     by_jsonl, by_type = groups("jsonl"), groups("type")
     rows = [_row("overall", "overall", b, t, list(by_jsonl.values()), settings)]
+    guarded = [np.array([float(run.tests[i].guarded_passed) for i in ids]) for run in (base, trained)]
+    rows.append(_row("guarded", "overall", *guarded, list(by_jsonl.values()), settings))
     for name, idx in by_type.items():
         rows.append(
             _row("type", name, b_rate[idx], t_rate[idx], [np.arange(len(idx))], settings, (b[idx], t[idx]))
@@ -392,7 +404,7 @@ def format_table(comparison: Mapping[str, Any]) -> str:
     for r in comparison["rows"]:
         if r["scope"] == "jsonl":
             continue
-        label = "overall" if r["scope"] == "overall" else f"  {r['name']}"
+        label = {"overall": "overall", "guarded": "guarded overall"}.get(r["scope"], f"  {r['name']}")
         lo, hi = r["difference_ci"]
         base, trained = f"{100 * r['baseline']:.1f}%", f"{100 * r['trained']:.1f}%"
         lines.append(

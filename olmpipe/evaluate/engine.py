@@ -14,7 +14,8 @@ writes to one run folder (``results/baseline/<model name>/`` for the base model,
   finish reason, token counts, every attempt, timings, failed flag);
 - ``candidate/<pdf path without .pdf>_pg<page>_repeat<k>.md``: the page texts in olmOCR-Bench's
   candidate layout, so its own ``benchmark.py`` can score them;
-- ``scores.json`` / ``scores.csv`` (overall, per test type, per JSONL file, 95% interval) and
+- ``scores.json`` / ``scores.csv`` (overall, per test type, per JSONL file, 95% interval; beside
+  them the same under the short-answer guard, :mod:`olmpipe.bench.shortguard`) and
   ``verdicts.jsonl`` (one line per test and repeat), from :mod:`olmpipe.bench`;
 - ``summary.json``: run statistics (pages, EOS share, valid front matter share, failed pages,
   tokens, throughput; in the pipeline-compatible mode also ``pipeline``: pages retried on a
@@ -88,6 +89,8 @@ class RunSummary:
     model_seconds: float
     overall: float | None
     pipeline: dict[str, Any] | None = None
+    #: the overall score under the short-answer guard (olmOCR-Bench's is ``overall``)
+    overall_guarded: float | None = None
     #: Eval pages the model was trained on ({"pdf", "page", "by"}), scored because
     #: ``eval_run.on_trained_pages`` is ``flag`` (:func:`trained_eval_pages`); None: there were none.
     trained_pages: list[dict[str, Any]] | None = None
@@ -205,6 +208,7 @@ def summarize(
     seconds: float,
     model_seconds: float,
     overall: float | None,
+    overall_guarded: float | None = None,
     trained_pages: list[dict[str, Any]] | None = None,
 ) -> RunSummary:
     """Run statistics over all records (reused ones included); throughput over the generated ones."""
@@ -228,6 +232,7 @@ def summarize(
         model_seconds=round(model_seconds, 3),
         overall=overall,
         pipeline=pipeline_counts(records),
+        overall_guarded=overall_guarded,
         trained_pages=trained_pages,
     )
 
@@ -324,11 +329,13 @@ def _generate_and_score(cfg: Mapping[str, Any], model_path: str | Path, pages_in
         seconds=run.seconds,
         model_seconds=run.model_seconds,
         overall=getattr(score, "overall", None),
+        overall_guarded=(getattr(score, "guarded", None) or {}).get("overall"),
         trained_pages=trained_pages,
     )
     write_summary(out, summary.to_json())
     logger.info(
-        "%s: %d generations (%d new, %.3f pages/s), %d without EOS, %d backend errors; overall %.4f",
+        "%s: %d generations (%d new, %.3f pages/s), %d without EOS, %d backend errors; overall %.4f "
+        "(with the short-answer guard %.4f)",
         name,
         summary.generations,
         summary.generated,
@@ -336,6 +343,7 @@ def _generate_and_score(cfg: Mapping[str, Any], model_path: str | Path, pages_in
         summary.failed_no_eos,
         summary.failed_error,
         summary.overall or 0.0,
+        summary.overall_guarded or 0.0,
     )
     if summary.pipeline:
         logger.info(

@@ -52,8 +52,16 @@ from olmpipe.layout import (
 log = logging.getLogger(__name__)
 
 def trained_name(cfg: Mapping[str, Any]) -> str:
-    """Display name of the trained model in tables and the report."""
+    """Display name of the trained (GRPO) model in tables and the report."""
     return f"{cfg['model']['name']}+grpo"
+
+
+def grpo_baseline_name(cfg: Mapping[str, Any]) -> str:
+    """Display name of the model GRPO started from, the baseline of ``comparison.json``: the SFT
+    model (``<model.name>+sft``) with ``sft.enabled``, else the base model (``model.name``)."""
+    from olmpipe.layout import sft_model_name
+
+    return sft_model_name(cfg) if cfg["sft"]["enabled"] else cfg["model"]["name"]
 
 
 def compare_folders(
@@ -62,11 +70,20 @@ def compare_folders(
     trained_dir: str | Path,
     json_path: str | Path = str(COMPARISON_JSON),
     csv_path: str | Path = str(COMPARISON_CSV),
+    *,
+    baseline_name: str | None = None,
+    trained: str | None = None,
 ) -> Comparison:
-    """Compare two scored run folders with the config's ``evaluate`` settings and write the files."""
+    """Compare two scored run folders with the config's ``evaluate`` settings and write the files.
+
+    ``baseline_name``/``trained``: the two models' names in the comparison (default: the model GRPO
+    started from, :func:`grpo_baseline_name`, and :func:`trained_name`); the SFT comparison passes
+    the base model's and the SFT model's.
+    """
     settings = CompareSettings.from_config(cfg)
     comparison = compare_runs(
-        load_run(baseline_dir, cfg["model"]["name"]), load_run(trained_dir, trained_name(cfg)), settings
+        load_run(baseline_dir, baseline_name or grpo_baseline_name(cfg)),
+        load_run(trained_dir, trained or trained_name(cfg)), settings,
     )
     write_comparison(comparison, json_path, csv_path)
     log.info("comparison written to %s and %s", json_path, csv_path)
@@ -101,6 +118,7 @@ def main(argv: list[str] | None = None) -> int:
         "--generate-only", action="store_true", help="only generate and score the trained model (workflow)"
     )
     parser.add_argument("--table", metavar="JSON", help="only print the console table of a comparison file")
+    parser.add_argument("--name", help="name of the generated model in its records (default: <model.name>+grpo)")
     parser.add_argument("--exit-with-job", action="store_true",
                         help="stop (exit 75; the journal keeps every finished generation) when the process that "
                              "started this one is gone, e.g. Snakemake killed (the workflow passes it)")
@@ -127,9 +145,8 @@ def main(argv: list[str] | None = None) -> int:
             from olmpipe.procs import exit_with_job
 
             with exit_with_job("generation job") if args.exit_with_job else contextlib.nullcontext():
-                code = run_logged(
-                    cfg, args.model, args.pages, args.tests, out_dir, args.threads, model_name=trained_name(cfg)
-                )
+                code = run_logged(cfg, args.model, args.pages, args.tests, out_dir, args.threads,
+                                  model_name=args.name or trained_name(cfg))
             if code:
                 return code
             if args.generate_only:

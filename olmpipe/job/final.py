@@ -206,5 +206,6 @@ def stored_peft(stored: Mapping[str, Any]) -> dict[str, Any] | None:
     if isinstance(stored.get("peft"), dict):
         return stored["peft"]
     settings = stored.get("settings") or {}
-    peft = {k.removeprefix("train.peft."): v for k, v in settings.items() if k.startswith("train.peft.")}
+    prefix = "sft.peft." if any(k.startswith("sft.") for k in settings) else "train.peft."
+    peft = {k.removeprefix(prefix): v for k, v in settings.items() if k.startswith(prefix)}
     return peft if peft.get("enabled") else None

@@ -18,7 +18,7 @@ from copy import deepcopy
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["GRPO", "KINDS", "JobKind"]
+__all__ = ["GRPO", "KINDS", "SFT", "JobKind"]
 
 
 @dataclass(frozen=True)
@@ -29,7 +29,8 @@ class JobKind:
     key of its TRL config's knobs in that section (``grpo``); ``rule``: the Snakemake rule of one
     seed's job; ``not_trajectory``: keys of the section that do not change what is learned;
     ``not_trajectory_knobs``: such knobs; ``rewards``: whether the ``rewards`` section is part of the
-    run (GRPO's rewards are its objective); ``label``: what messages call a run of it.
+    run (GRPO's rewards are its objective); ``label``: what messages call a run of it; ``module``:
+    what runs a seed's job (``python -m olmpipe.train``).
     """
 
     name: str
@@ -40,21 +41,28 @@ class JobKind:
     not_trajectory_knobs: tuple[str, ...]
     rewards: bool
     label: str
+    #: the module whose ``python -m`` runs one seed's job (:mod:`olmpipe.launch` starts it)
+    module: str = "olmpipe.train"
 
     def section_of(self, cfg: Mapping[str, Any]) -> Mapping[str, Any]:
         """The kind's section of a (validated) config."""
         return cfg[self.section]
 
+    def check_knobs(self, knobs: Mapping[str, Any], where: str) -> list[str]:
+        """Problems of ``knobs`` against the kind's TRL config fields (:mod:`olmpipe.config.grpo_fields`)."""
+        from olmpipe.config.grpo_fields import check_knobs
+
+        return check_knobs(knobs, where)
+
     def knobs(self, section: Mapping[str, Any], seed: int) -> dict[str, Any]:
         """The TRL config knobs of ``seed``: ``section[knobs_key]`` with that seed's ``seed_overrides``
         applied (each override's knobs checked against the TRL config's fields first)."""
-        from olmpipe.config.grpo_fields import check_knobs
-
         knobs = deepcopy(dict(section[self.knobs_key]))
         for override in section["seed_overrides"]:
             if override["seed"] != seed:
                 continue
-            problems = check_knobs(override[self.knobs_key], f"{self.section}.seed_overrides (seed {seed}).{self.knobs_key}")
+            problems = self.check_knobs(override[self.knobs_key],
+                                        f"{self.section}.seed_overrides (seed {seed}).{self.knobs_key}")
             if problems:
                 raise ValueError("; ".join(problems))
             knobs.update(override[self.knobs_key])
@@ -101,5 +109,37 @@ GRPO = _GRPOKind(
     label="GRPO",
 )
 
+@dataclass(frozen=True)
+class _SFTKind(JobKind):
+    def check_knobs(self, knobs: Mapping[str, Any], where: str) -> list[str]:
+        """Problems of ``knobs`` against TRL's ``SFTConfig`` fields (:mod:`olmpipe.config.sft_fields`)."""
+        from olmpipe.config.sft_fields import check_knobs
+
+        return check_knobs(knobs, where)
+
+
+#: SFT (stage ``sft``, rule ``sft_seed``): ``sft.args`` are ``SFTConfig``'s knobs.
+SFT = _SFTKind(
+    name="sft",
+    section="sft",
+    knobs_key="args",
+    rule="sft_seed",
+    # keys of `sft` that do not change what is learned; `enabled`, the pairs' source and
+    # max_pages change the training set, which is compared as such (its identity)
+    not_trajectory=("resume", "wandb", "seeds", "seed_overrides", "device", "dtype", "pure_bf16", "exit_with_job",
+                    "enabled", "source", "candidate", "pairs_dir", "front_matter", "max_pages"),
+    not_trajectory_knobs=(
+        "save_steps", "save_total_limit", "save_strategy", "save_only_model", "logging_steps", "logging_first_step",
+        "dataloader_num_workers", "dataloader_pin_memory", "dataloader_persistent_workers",
+        "gradient_checkpointing", "gradient_checkpointing_kwargs", "activation_checkpointing",
+        "activation_checkpointing_kwargs", "report_to", "run_name", "eval_steps", "eval_strategy", "eval_delay",
+        "eval_on_start", "per_device_eval_batch_size", "eval_accumulation_steps", "torch_empty_cache_steps",
+        "ddp_timeout", "disable_tqdm",
+    ),
+    rewards=False,
+    label="SFT",
+    module="olmpipe.sft",
+)
+
 #: Every kind by name.
-KINDS: Mapping[str, JobKind] = {GRPO.name: GRPO}
+KINDS: Mapping[str, JobKind] = {GRPO.name: GRPO, SFT.name: SFT}

@@ -60,16 +60,20 @@ logger = logging.getLogger(__name__)
 NOT_TRAJECTORY_TRAIN = GRPO.not_trajectory
 #: GRPOConfig knobs that change how a run is operated, not what it learns.
 NOT_TRAJECTORY_GRPO = GRPO.not_trajectory_knobs
-#: Keys of ``rewards.bench`` that bound or place the scorer without changing verdicts of normal pages.
-NOT_TRAJECTORY_BENCH = ("processes", "timeout_s", "memory_mb")
+#: Keys of ``rewards.bench`` that bound or place the scorer without changing verdicts of normal pages,
+#: or only set what is logged (``short_signal``: the bench/short_high_reward metric).
+NOT_TRAJECTORY_BENCH = ("processes", "timeout_s", "memory_mb", "short_signal")
 #: Sections that change what is learned only while switched on: (the switch, the section's key prefix).
 #: Off, the section is left out of the settings, and of a stored checkpoint's before comparing.
-OPTIONAL_SECTIONS = (("train.peft.enabled", "train.peft."), ("train.difficulty.enabled", "train.difficulty."))
+OPTIONAL_SECTIONS = (("train.peft.enabled", "train.peft."), ("train.difficulty.enabled", "train.difficulty."),
+                     ("sft.peft.enabled", "sft.peft."))
 #: LoRA keys that matter only with ``train.peft.quantization`` (QLoRA) set.
-QUANTIZATION_KEYS = ("train.peft.quant_type", "train.peft.double_quant")
+QUANTIZATION_KEYS = ("peft.quant_type", "peft.double_quant")
 #: The vision tower's LoRA targets, which matter only with ``train.peft.vision`` on (its default
 #: changed from Qwen2.5-VL's list to null, the architecture's names, in 2c37768).
-VISION_TARGETS_KEY = "train.peft.vision_target_modules"
+VISION_TARGETS_KEY = "peft.vision_target_modules"
+#: The sections of the trainers' run settings (:mod:`olmpipe.job.kinds`): GRPO's and SFT's.
+TRAINER_SECTIONS = ("train", "sft")
 #: Rewards that read ``rewards.max_chars``; with none of them selected it is not compared.
 MAX_CHARS_REWARDS = ("edit_distance", "medoid")
 #: Keys that checkpoints written before the key existed lack, and the value every run had then: such a
@@ -78,6 +82,8 @@ IMPLIED_BEFORE: Mapping[str, Any] = {
     # TRL 1.16's `trl vllm-serve` always passed --logprobs-mode processed_logprobs
     # (trl/scripts/vllm_serve.py:270-272) before train.vllm_server.logprobs_mode could override it
     "train.vllm_server.logprobs_mode": "processed_logprobs",
+    # the unit-test reward had no short-answer guard (olmpipe/bench/shortguard.py) before the key
+    "rewards.bench.short_answer_guard": False,
 }
 #: Key prefix of the training set's identity (:func:`olmpipe.job.data.training_set_id`): what the
 #: trainer builds from the page index, known only in the job (not when the workflow is planned).
@@ -170,14 +176,26 @@ def comparable(settings: Mapping[str, Any]) -> dict[str, Any]:
     for switch, prefix in OPTIONAL_SECTIONS:
         if out.get(switch) is False:
             out = {k: v for k, v in out.items() if not k.startswith(prefix)}
-    if out.get("train.peft.quantization") == "none":
-        for key in QUANTIZATION_KEYS:
-            out.pop(key, None)
-    if out.get("train.peft.vision") is False:
-        out.pop(VISION_TARGETS_KEY, None)
+    for section in TRAINER_SECTIONS:
+        if out.get(f"{section}.peft.quantization") == "none":
+            for key in QUANTIZATION_KEYS:
+                out.pop(f"{section}.{key}", None)
+        if out.get(f"{section}.peft.vision") is False:
+            out.pop(f"{section}.{VISION_TARGETS_KEY}", None)
     if all(out.get(f"rewards.weights.{name}") is None for name in MAX_CHARS_REWARDS):
         out.pop("rewards.max_chars", None)
     return out
+
+
+def section_of(settings: Mapping[str, Any]) -> str:
+    """The trainer's config section a run's settings belong to (``train`` for GRPO, ``sft``)."""
+    return "sft" if any(k.startswith("sft.") for k in settings) else "train"
+
+
+def _kind_of(settings: Mapping[str, Any]) -> JobKind:
+    from olmpipe.job.kinds import KINDS
+
+    return next(k for k in KINDS.values() if k.section == section_of(settings))
 
 
 #: ``train.peft`` keys that change the adapter's tensors: a checkpoint's adapter fits only the same values.
@@ -188,9 +206,10 @@ def adapter_shape_changes(stored: Mapping[str, Any], current: Mapping[str, Any])
     """The ``train.peft`` keys among :data:`ADAPTER_SHAPE_KEYS` whose values differ between two run
     settings (:func:`run_settings`; LoRA off on one side counts as ``enabled``)."""
     a, b = comparable(stored), comparable(current)
-    if a.get("train.peft.enabled", False) != b.get("train.peft.enabled", False):
-        return ["train.peft.enabled"]  # an adapter against none: the other keys follow
-    keys = [f"train.peft.{k}" for k in ADAPTER_SHAPE_KEYS]
+    peft = f"{section_of(current)}.peft"
+    if a.get(f"{peft}.enabled", False) != b.get(f"{peft}.enabled", False):
+        return [f"{peft}.enabled"]  # an adapter against none: the other keys follow
+    keys = [f"{peft}.{k}" for k in ADAPTER_SHAPE_KEYS]
     return [k for k in keys if a.get(k, "<unset>") != b.get(k, "<unset>")]
 
 
@@ -306,14 +325,16 @@ def mismatch_message(state: LastState, settings: Mapping[str, Any], changed: lis
                  else ".")
     else:
         text += " Nothing was changed on disk."
-    max_steps = settings.get("train.grpo.max_steps")
+    kind = _kind_of(settings)
+    steps_key = f"{kind.section}.{kind.knobs_key}.max_steps"
+    max_steps = settings.get(steps_key)
     if isinstance(max_steps, int) and 0 < max_steps <= state.step:  # finished: `continue` trains nothing
-        go_on = (f"keep that run's model as it is (train.resume: continue; it is at step {state.step} of "
-                 f"train.grpo.max_steps {max_steps}, so the new settings train nothing unless max_steps grows)")
+        go_on = (f"keep that run's model as it is ({kind.section}.resume: continue; it is at step {state.step} of "
+                 f"{steps_key} {max_steps}, so the new settings train nothing unless max_steps grows)")
     else:
-        go_on = "continue that run with the new settings (train.resume: continue)"
+        go_on = f"continue that run with the new settings ({kind.section}.resume: continue)"
     return text + (f" Either {go_on} or start over "
-                   f"(train.resume: restart; the old run is moved to {run_dir.name}.old-<time>/, not deleted).")
+                   f"({kind.section}.resume: restart; the old run is moved to {run_dir.name}.old-<time>/, not deleted).")
 
 
 def decide(resume: str, run_dir: str | Path, settings: Mapping[str, Any], *,
@@ -329,7 +350,8 @@ def decide(resume: str, run_dir: str | Path, settings: Mapping[str, Any], *,
         reason = problem(path, require_marker=False)
         reason = reason if reason is not None else nonfinite(path)
         if reason is not None:
-            raise FileNotFoundError(f"train.resume: {path} is not a checkpoint to continue from ({reason})")
+            raise FileNotFoundError(f"{section_of(settings)}.resume: {path} is not a checkpoint to continue from "
+                                    f"({reason})")
         return ResumeDecision(path)
     state = last_state(run_dir, values=True)
     if state is None:
@@ -340,13 +362,13 @@ def decide(resume: str, run_dir: str | Path, settings: Mapping[str, Any], *,
     if changed and resume == "auto":
         raise ResumeMismatchError(mismatch_message(state, settings, changed, run_dir, final_dir=final_dir))
     if changed:
-        logger.warning("train.resume: continue: %s was trained with other settings (%s); going on with these",
-                       state.path, _shown(state, settings, changed))
+        logger.warning("%s.resume: continue: %s was trained with other settings (%s); going on with these",
+                       section_of(settings), state.path, _shown(state, settings, changed))
     return ResumeDecision(None, kept=state.path) if state.kept else ResumeDecision(state.path)
 
 
 def check_workflow_resume(cfg: Mapping[str, Any], seed: int, model_path: str | Path, gpus: int,
-                          run_dir: str | Path) -> None:
+                          run_dir: str | Path, kind: JobKind = GRPO) -> None:
     """Raise :class:`ResumeMismatchError` when the ``train_seed`` job of ``seed`` would stop on its run
     folder (``train.resume: auto`` and a last state trained with other settings).
 
@@ -361,16 +383,16 @@ def check_workflow_resume(cfg: Mapping[str, Any], seed: int, model_path: str | P
     from olmpipe.job.jobconfig import seed_config_json
     from olmpipe.models.folder import weights_fingerprint
 
-    if cfg["train"]["resume"] != "auto":
+    if kind.section_of(cfg)["resume"] != "auto":
         return
     state = last_state(run_dir, warn=False)
     if state is None:  # nothing to resume (every fresh plan): the job's config is not even read
         return
-    job = validate_config(json.loads(seed_config_json(cfg, seed)))
-    res = cfg["resources"]["train"]
+    job = validate_config(json.loads(seed_config_json(cfg, seed, kind)))
+    res = cfg["resources"][kind.section]
     world_size = plan(gpus, res["launcher"], res["vllm_server_gpus"], res["strategy"], res["nodes"]).train_processes
     base = weights_fingerprint(model_path) if Path(model_path).is_dir() else None  # None: not built yet
-    settings = run_settings(job, seed, str(model_path), world_size, base_model=base)
+    settings = run_settings(job, seed, str(model_path), world_size, base_model=base, kind=kind)
     changed = _changes(state, settings, ignore=(TRAINING_SET,) if base is not None else (TRAINING_SET, BASE_MODEL))
     if changed:
         raise ResumeMismatchError(mismatch_message(state, settings, changed, Path(run_dir), planned=True))
@@ -481,10 +503,11 @@ def check_adapter_shape(decision: ResumeDecision, settings: Mapping[str, Any], r
     changed = adapter_shape_changes(stored, settings) if isinstance(stored, dict) else []
     if changed:
         def value(side: Mapping[str, Any], key: str) -> Any:
-            return side.get(key, False if key == "train.peft.enabled" else "<unset>")  # off: left out
+            return side.get(key, False if key.endswith(".peft.enabled") else "<unset>")  # off: left out
 
         shown = ", ".join(f"{k}: {value(stored, k)!r} -> {value(settings, k)!r}" for k in changed)
         raise ResumeMismatchError(
             f"{state} holds an adapter of another shape ({shown}): a run can go on with other settings, not "
-            f"with another adapter. Set {', '.join(changed)} back, or start over (train.resume: restart; the old "
+            f"with another adapter. Set {', '.join(changed)} back, or start over ({section_of(settings)}.resume: "
+            f"restart; the old "
             f"run is moved to {run_dir.name}.old-<time>/, not deleted).")

@@ -134,8 +134,11 @@ def _begin_run_folder(setup: JobSetup, start: JobResume, data: TrainingSet) -> N
     if rank() == 0:
         truncate_metrics(setup.run_dir, start.step)
         write_json(setup.run_dir / DATASET_NAME, dict(data.summary))
-        evals = [(str(r["pdf"]), int(r["page"])) for r in read_page_index(setup.request.pages, split="eval")]
-        record_trained_pages(setup.run_dir, setup.model_path, training_set_pages(data.dataset), step=start.step,
+        try:  # a page index's eval split (SFT's training set is a pairs file: nothing to warn about)
+            evals = [(str(r["pdf"]), int(r["page"])) for r in read_page_index(setup.request.pages, split="eval")]
+        except ValueError:
+            evals = []
+        record_trained_pages(setup.run_dir, setup.model_path, training_set_pages(data), step=start.step,
                              eval_pages=evals)
 
 

@@ -5,7 +5,8 @@ after a finished run, ``bench.split.seed`` changed with ``train.resume: continue
 then evaluated on, a split whose eval pages included pages the continued checkpoint had trained on.
 So every run folder keeps ``olmpipe_trained_pages.jsonl`` (:data:`olmpipe.records.train.TRAINED_PAGES_NAME`):
 
-- the pages of the training set the job builds (the examples' ``pdf`` and ``page``), added when the
+- the pages of the training set the job builds (its examples' ``pdf`` and ``page``: GRPO's train
+  split, SFT's pairs of bench pages), added when the
   job begins training (:func:`record_trained_pages`), over every resume (a run continued on another
   split keeps the pages of the first), and moved aside with the run on ``train.resume: restart``;
 - the pages its base model was trained on, when the base folder records them (a run on an SFT
@@ -35,9 +36,12 @@ logger = logging.getLogger(__name__)
 __all__ = ["record_trained_pages", "training_set_pages"]
 
 
-def training_set_pages(dataset: Any) -> list[tuple[str, int]]:
-    """The (pdf, page) of every example of a trainer's dataset (its ``pdf`` and ``page`` columns; none
-    when the dataset has no such columns)."""
+def training_set_pages(data: Any) -> list[tuple[str, int]]:
+    """The bench pages (pdf, page) of a training set (:class:`olmpipe.job.steps.TrainingSet`): its
+    ``pages``, else its dataset's ``pdf`` and ``page`` columns; none when it names none."""
+    if data.pages:
+        return [(str(pdf), int(page)) for pdf, page in data.pages]
+    dataset = data.dataset
     columns = getattr(dataset, "column_names", None) or []
     if dataset is None or "pdf" not in columns or "page" not in columns:
         return []

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from olmpipe.job.kinds import GRPO, JobKind
 from olmpipe.layout import RESULTS
 
 GB = 1e9
@@ -90,8 +91,8 @@ class ProfileError(ValueError):
     """A Snakemake profile that cannot be read (the message names the file)."""
 
 
-def profile_slurm_extra(profile: str | Path) -> str | None:
-    """The train rule's ``slurm_extra`` in a Snakemake profile folder (``set-resources.train_seed``)."""
+def profile_slurm_extra(profile: str | Path, rule_name: str = "train_seed") -> str | None:
+    """A training rule's ``slurm_extra`` in a Snakemake profile folder (``set-resources.<rule>``)."""
     import yaml
 
     path = Path(profile) / "config.yaml"
@@ -99,7 +100,7 @@ def profile_slurm_extra(profile: str | Path) -> str | None:
         data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
     except (OSError, yaml.YAMLError) as exc:
         raise ProfileError(f"{path}: cannot read the profile: {exc}") from exc
-    rule = ((data.get("set-resources") or {}) if isinstance(data, dict) else {}).get("train_seed") or {}
+    rule = ((data.get("set-resources") or {}) if isinstance(data, dict) else {}).get(rule_name) or {}
     value = rule.get("slurm_extra") if isinstance(rule, dict) else None
     return str(value) if value is not None else None
 
@@ -120,6 +121,9 @@ class CheckpointPlan:
     signal: tuple[int, str] | None
     signal_source: str
     problems: tuple[str, ...]
+    #: the trainer's config section (``train``; ``sft``), named in the table and the messages
+    section: str = "train"
+    knobs_key: str = "grpo"
 
     @property
     def checkpoint_gb(self) -> float:
@@ -145,7 +149,7 @@ class CheckpointPlan:
     def table(self) -> str:
         """The checkpoint rows of ``olmpipe plan``."""
         per = " + ".join(f"{k} {v:.3g}" for k, v in self.parts.items())
-        kept = "unbounded (train.grpo.save_total_limit: null)" if self.kept is None else \
+        kept = f"unbounded ({self.section}.{self.knobs_key}.save_total_limit: null)" if self.kept is None else \
             f"{self.kept} x {self.checkpoint_gb:.1f} + model/ {self.model_gb:.1f}"
         rows = [
             ("one checkpoint", f"{self.checkpoint_gb:.1f}", f"{per} B/param ({self.strategy})"),
@@ -163,17 +167,17 @@ class CheckpointPlan:
             else f"{self.stop_grace_s:g} s"
         lead = f"{self.signal[0]} s before the walltime ({self.signal_source})" if self.signal else \
             f"none ({self.signal_source})"
-        lines.append(f"write time at {self.write_gbps:g} GB/s (resources.train.checkpoint_write_gbps): "
+        lines.append(f"write time at {self.write_gbps:g} GB/s (resources.{self.section}.checkpoint_write_gbps): "
                      f"{self.write_s(self.checkpoint_gb):.0f} s, on SIGTERM {self.write_s(self.stop_checkpoint_gb):.0f} s "
                      "(+ the rest of the step in flight)")
-        lines.append(f"stop grace (resources.train.stop_grace_s): {grace}; SLURM signal: {lead}")
+        lines.append(f"stop grace (resources.{self.section}.stop_grace_s): {grace}; SLURM signal: {lead}")
         return "\n".join(lines)
 
 
 def checkpoint_plan(cfg: Mapping[str, Any], *, strategy: str, processes: int, parameters: int, weight_bytes: int,
                     compute_bytes: int, slurm_extra: str | None = None,
                     signal_source: str = "the train rule's slurm_extra",
-                    adapter_bytes: float | None = None) -> CheckpointPlan:
+                    adapter_bytes: float | None = None, kind: JobKind = GRPO) -> CheckpointPlan:
     """The :class:`CheckpointPlan` of ``cfg`` for a model of ``parameters`` under ``strategy``.
 
     ``slurm_extra``: the train rule's (the profile's ``set-resources``), for SLURM's signal lead;
@@ -181,7 +185,7 @@ def checkpoint_plan(cfg: Mapping[str, Any], *, strategy: str, processes: int, pa
     bytes of what is trained (:mod:`olmpipe.plan.lora`): a checkpoint is then that and its two AdamW
     moments, and ``model/`` the merged float32 model plus the adapter.
     """
-    res, grpo = cfg["resources"]["train"], cfg["train"]["grpo"]
+    res, grpo = cfg["resources"][kind.section], kind.section_of(cfg)[kind.knobs_key]
     parts = checkpoint_bytes_per_param(strategy, weight_bytes, compute_bytes)
     model_bytes = float(weight_bytes)
     if adapter_bytes is not None:
@@ -198,9 +202,9 @@ def checkpoint_plan(cfg: Mapping[str, Any], *, strategy: str, processes: int, pa
     result = CheckpointPlan(strategy=strategy, parameters=parameters, parts=parts,
                             left_out=tuple(p for p in resume_only_parts(strategy) if p in parts),
                             model_bytes_per_param=model_bytes, kept=kept,
-                            seeds=len(cfg["train"]["seeds"]), write_gbps=float(res["checkpoint_write_gbps"]),
+                            seeds=len(kind.section_of(cfg)["seeds"]), write_gbps=float(res["checkpoint_write_gbps"]),
                             stop_grace_s=grace, signal=signal_lead_s(slurm_extra), signal_source=signal_source,
-                            problems=())
+                            problems=(), section=kind.section, knobs_key=kind.knobs_key)
     return _with_problems(result)
 
 
@@ -208,13 +212,13 @@ def _with_problems(p: CheckpointPlan) -> CheckpointPlan:
     from dataclasses import replace
 
     need = p.write_s(p.stop_checkpoint_gb)
-    faster = (f"or point {RESULTS}/ at faster storage (and raise resources.train.checkpoint_write_gbps, "
+    faster = (f"or point {RESULTS}/ at faster storage (and raise resources.{p.section}.checkpoint_write_gbps, "
               f"now {p.write_gbps:g} GB/s)")
     what = (f"writing the checkpoint on SIGTERM ({p.stop_checkpoint_gb:.1f} GB at {p.write_gbps:g} GB/s = "
             f"{need:.0f} s)")
     problems = []
     if p.stop_grace_s is not None and p.stop_grace_s < need:
-        problems.append(f"resources.train.stop_grace_s ({p.stop_grace_s:g} s) is shorter than {what}: the ranks are "
+        problems.append(f"resources.{p.section}.stop_grace_s ({p.stop_grace_s:g} s) is shorter than {what}: the ranks are "
                         f"killed mid-write and the run loses up to save_steps steps; raise stop_grace_s to at least "
                         f"{math.ceil(need)} s plus a step (and the SLURM --signal lead with it) {faster}")
     if p.signal is not None:
@@ -226,7 +230,7 @@ def _with_problems(p: CheckpointPlan) -> CheckpointPlan:
             problems.append(f"SLURM signals {lead} s before the walltime ({p.signal_source}), less than {what}: "
                             f"raise the --signal=TERM@ lead to at least {math.ceil(need)} s plus a step {faster}")
         elif p.stop_grace_s is not None and p.stop_grace_s > lead:
-            problems.append(f"resources.train.stop_grace_s ({p.stop_grace_s:g} s) is longer than SLURM's signal lead "
+            problems.append(f"resources.{p.section}.stop_grace_s ({p.stop_grace_s:g} s) is longer than SLURM's signal lead "
                             f"({lead} s, {p.signal_source}): the job is killed at the walltime before the grace "
                             "ends; raise the --signal=TERM@ lead or lower stop_grace_s")
     return replace(p, problems=tuple(problems))

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from olmpipe.config.processes import LaunchError
+from olmpipe.job.kinds import GRPO, SFT
 from olmpipe.plan.check import model_for_plan
 from olmpipe.plan.checkpoint import ProfileError, profile_slurm_extra
 from olmpipe.plan.memory import memory_plan
@@ -22,6 +23,8 @@ GIB = 2**30
 #: The SLURM profile ``olmpipe plan`` reads for the train rule's ``--signal`` lead (relative to the
 #: working directory, the repository root).
 DEFAULT_PROFILE = "workflow/profiles/slurm"
+#: ``--stage`` -> the training job it plans.
+KINDS_BY_STAGE = {"train": GRPO, "sft": SFT}
 
 
 
@@ -48,10 +51,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="olmpipe plan", description="per-GPU memory plan of the training job (fits or what to change)")
     parser.add_argument("--configfile", nargs="+", default=[],
                         help="config files merged over config/config.yaml, as snakemake --configfile")
-    parser.add_argument("--gpus", type=int, default=None, help="GPUs of the job (default: resources.train.gpu)")
+    parser.add_argument("--stage", choices=sorted(KINDS_BY_STAGE), default="train",
+                        help="the training job to plan: train (GRPO, default) or sft")
+    parser.add_argument("--gpus", type=int, default=None,
+                        help="GPUs of the job (default: resources.<stage>.gpu)")
     parser.add_argument("--model", default=None, help="model folder or hub id (default: model.path)")
     parser.add_argument("--profile", default=None,
-                        help="Snakemake profile folder whose set-resources.train_seed.slurm_extra gives SLURM's "
+                        help="Snakemake profile folder whose set-resources.<rule>.slurm_extra gives SLURM's "
                              f"--signal lead (default: {DEFAULT_PROFILE} when it exists here; 'none' for no SLURM)")
     ns = parser.parse_args(argv)
     from olmpipe.config import ConfigError
@@ -60,26 +66,27 @@ def main(argv: list[str] | None = None) -> int:
     if ns.gpus is not None and ns.gpus < 0:
         sys.stderr.write(f"olmpipe plan: --gpus {ns.gpus}: a job has 0 GPUs (a CPU job) or more\n")
         return 2
+    kind = KINDS_BY_STAGE[ns.stage]
     try:
         cfg = load_configs(ns.configfile)
-        gpus = cfg["resources"]["train"]["gpu"] if ns.gpus is None else ns.gpus
+        gpus = cfg["resources"][kind.section]["gpu"] if ns.gpus is None else ns.gpus
         model = model_for_plan(cfg, ns.model)
-        problems = job_problems(cfg, gpus, model)
+        problems = job_problems(cfg, gpus, model, kind)
         if problems:
-            raise PlanError("the training job cannot run with these settings:\n"
+            raise PlanError(f"the {kind.label} training job cannot run with these settings:\n"
                             + "\n".join(f"  - {p}" for p in problems))
         if gpus <= 0:
-            source = "--gpus 0" if ns.gpus is not None else "resources.train.gpu is 0"
+            source = "--gpus 0" if ns.gpus is not None else f"resources.{kind.section}.gpu is 0"
             sys.stdout.write(f"{source}: a CPU job, no GPU memory to plan\n")
             return 0
         profile = ns.profile if ns.profile is not None else (DEFAULT_PROFILE if Path(DEFAULT_PROFILE).is_dir() else "none")
-        extra = None if profile == "none" else profile_slurm_extra(profile)
-        result = memory_plan(cfg, load_shape(model), gpus, slurm_extra=extra,
+        extra = None if profile == "none" else profile_slurm_extra(profile, kind.rule)
+        result = memory_plan(cfg, load_shape(model), gpus, slurm_extra=extra, kind=kind,
                              signal_source=f"{Path(profile) / 'config.yaml'}" if profile != "none" else "no profile")
     except (ConfigError, PlanError, LaunchError, ProfileError) as exc:
         sys.stderr.write(f"olmpipe plan: {exc}\n")
         return 2
-    sys.stdout.write(result.table() + "\n")
+    sys.stdout.write(f"{kind.label} job ({kind.rule}, resources.{kind.section})\n" + result.table() + "\n")
     return 0 if result.fits else 1
 
 

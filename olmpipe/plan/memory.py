@@ -32,6 +32,7 @@ from typing import Any
 from olmpipe.config.checks import collective_timeout_problem
 from olmpipe.config.processes import DEEPSPEED_STRATEGIES, LaunchPlan, plan
 from olmpipe.config.vllm_context import context_problems
+from olmpipe.job.kinds import GRPO, JobKind
 from olmpipe.job.precision import Precision, resolve_precision
 from olmpipe.models.architectures import page_size
 from olmpipe.plan.checkpoint import CheckpointPlan, checkpoint_plan
@@ -157,10 +158,10 @@ def _vllm_need(shape: ModelShape, max_len: int, tp: int) -> tuple[float, float]:
     return weights, kv
 
 
-def _precision(cfg: Mapping[str, Any]) -> Precision:
+def _precision(cfg: Mapping[str, Any], kind: JobKind = GRPO) -> Precision:
     """The training precision on a GPU (:func:`olmpipe.job.precision.resolve_precision`)."""
     try:
-        return resolve_precision(cfg["train"], "cuda")
+        return resolve_precision(kind.section_of(cfg), "cuda")
     except ValueError as exc:
         raise PlanError(str(exc)) from exc
 
@@ -176,14 +177,30 @@ class _Job:
     #: bytes of what runs (activations, reference model); the weights' own bytes are in per_param
     w: int
     gpu_gib: float
+    kind: JobKind = GRPO
+
+    @property
+    def knobs(self) -> Mapping[str, Any]:
+        """The trainer's TRL config knobs (``train.grpo``; ``sft.args``)."""
+        return self.kind.section_of(self.cfg)[self.kind.knobs_key]
 
     @property
     def grpo(self) -> Mapping[str, Any]:
-        return self.cfg["train"]["grpo"]
+        return self.knobs
+
+    @property
+    def key(self) -> str:
+        """Where the knobs live, for the messages (``train.grpo``)."""
+        return f"{self.kind.section}.{self.kind.knobs_key}"
 
     @property
     def peft(self) -> Mapping[str, Any]:
-        return self.cfg["train"]["peft"]
+        return self.kind.section_of(self.cfg)["peft"]
+
+    @property
+    def sft(self) -> bool:
+        """An SFT job: no generation, no reference model, the loss over the whole answer."""
+        return not self.kind.rewards
 
     @property
     def weight_bytes(self) -> int:
@@ -200,15 +217,15 @@ def _weight_terms(job: _Job) -> list[Term]:
     shape, strategy, n = job.shape, job.launch.effective_strategy, job.launch.train_processes
     params = shape.parameters()
     per_param = training_bytes_per_param(strategy, n, job.weight_bytes, job.w)
-    terms = _lora_terms(shape, job.peft, job.w) if job.peft["enabled"] else [
+    terms = _lora_terms(shape, job.peft, job.w, job.kind.section) if job.peft["enabled"] else [
         Term("weights", params * per_param["weights"] / GIB, f"{params / 1e9:.2f}B x {per_param['weights']:.3g} B",
-             f"resources.train.strategy: {_SHARD}"),
+             f"resources.{job.kind.section}.strategy: {_SHARD}"),
         Term("gradients", params * per_param["gradients"] / GIB, f"x {per_param['gradients']:.3g} B",
-             "resources.train.strategy: zero2, zero3 or fsdp"),
+             f"resources.{job.kind.section}.strategy: zero2, zero3 or fsdp"),
         Term("optimizer states", params * per_param["optimizer"] / GIB, f"AdamW, x {per_param['optimizer']:.3g} B",
-             "resources.train.strategy: zero2, zero3 or fsdp (shards them; more GPUs shard them thinner)"),
+             f"resources.{job.kind.section}.strategy: zero2, zero3 or fsdp (shards them; more GPUs shard them thinner)"),
     ]
-    beta = job.grpo["beta"]
+    beta = job.knobs.get("beta", 0.0)
     if beta > 0 and not job.peft["enabled"]:
         ref = job.w / n if strategy in ("zero3", "fsdp") else job.w
         terms.append(Term("reference model", params * ref / GIB, f"beta={beta:g}, x {ref:.3g} B",
@@ -216,10 +233,20 @@ def _weight_terms(job: _Job) -> list[Term]:
     return terms
 
 
+def _answer_tokens(job: _Job) -> int:
+    """Tokens of the answer a training sequence holds: GRPO's ``max_completion_length``; for SFT the
+    answers' longest, planned as ``generation.max_new_tokens`` (the answers the stages generate),
+    unless ``sft.args.max_length`` caps the whole sequence (:func:`_sequence`)."""
+    return job.cfg["generation"]["max_new_tokens"] if job.sft else job.knobs["max_completion_length"]
+
+
 def _sequence(job: _Job) -> tuple[int, int, int]:
     """(tokens of one training sequence, image tokens, vision patches) of a page at ``rasterize.longest_side``."""
     img_tokens, patches = job.shape.image_tokens(job.cfg["rasterize"]["longest_side"])
-    return img_tokens + PROMPT_TEXT_TOKENS + job.grpo["max_completion_length"], img_tokens, patches
+    seq = img_tokens + PROMPT_TEXT_TOKENS + _answer_tokens(job)
+    if job.sft and job.knobs.get("max_length"):
+        seq = min(seq, int(job.knobs["max_length"]))
+    return seq, img_tokens, patches
 
 
 def _activation_terms(job: _Job) -> list[Term]:
@@ -231,9 +258,12 @@ def _activation_terms(job: _Job) -> list[Term]:
     keeps the router's logits and the SwiGLU values of the experts each token runs (active, not
     total parameters). With checkpointing, each layer's input plus one layer recomputed.
     """
-    shape, grpo, peft, w = job.shape, job.grpo, job.peft, job.w
-    batch, completion = grpo["per_device_train_batch_size"], grpo["max_completion_length"]
+    shape, grpo, peft, w = job.shape, job.knobs, job.peft, job.w
+    batch = grpo["per_device_train_batch_size"]
     seq, img_tokens, patches = _sequence(job)
+    # the tokens whose logits the loss keeps: GRPO's completion; SFT's whole sequence (TRL computes
+    # the logits of every position and masks the prompt in the loss)
+    completion = seq if job.sft else grpo["max_completion_length"]
     h, hv = shape.hidden_size, shape.vision_hidden_size
     attention_values = 4 * h + 2 * shape.q_dim + 2 * shape.kv_dim
     dense_values = attention_values + 4 * shape.intermediate_size
@@ -254,15 +284,16 @@ def _activation_terms(job: _Job) -> list[Term]:
         vision_act, act_note_vision = 0.0, "frozen: nothing kept for backward"
     else:
         act_note_vision = act_note
-    act_fix = ("train.grpo.activation_checkpointing: true, or lower per_device_train_batch_size, "
-               "max_completion_length or rasterize.longest_side")
+    act_fix = (f"{job.key}.activation_checkpointing: true, or lower per_device_train_batch_size, "
+               + ("max_length" if job.sft else "max_completion_length") + " or rasterize.longest_side")
     return [
         Term("activations", text_act / GIB, f"{batch} x {seq} tokens ({img_tokens} image), {act_note}", act_fix),
         Term("vision activations", vision_act / GIB, f"{batch} x {patches} patches, {act_note_vision}", act_fix),
         # logits of the completion tokens and their log-softmax kept for backward
         Term("logits", batch * completion * shape.vocab_size * 2 * w / GIB,
              f"{batch} x {completion} x {shape.vocab_size} vocab",
-             "lower train.grpo.max_completion_length or per_device_train_batch_size"),
+             f"lower {job.key}." + ("max_length" if job.sft else "max_completion_length")
+             + " or per_device_train_batch_size"),
         Term("runtime reserve", RUNTIME_RESERVE_GIB, "CUDA context, NCCL, allocator", "-"),
     ]
 
@@ -270,8 +301,8 @@ def _activation_terms(job: _Job) -> list[Term]:
 def _generation_terms(job: _Job) -> list[Term]:
     """Without vLLM, the KV cache of transformers' ``generate()``, which runs the process's whole
     generation batch at once (TRL 1.16 grpo_trainer.py:1873): every prompt + completion token of it."""
-    grpo = job.grpo
-    if grpo["use_vllm"]:
+    grpo = job.knobs
+    if job.sft or grpo["use_vllm"]:
         return []
     seq = _sequence(job)[0]
     gen_batch = grpo["per_device_train_batch_size"] * (grpo["steps_per_generation"] or grpo["gradient_accumulation_steps"])
@@ -283,8 +314,8 @@ def _generation_terms(job: _Job) -> list[Term]:
 def _vllm_terms(job: _Job) -> tuple[list[Term], list[Term], list[str]]:
     """(terms of each training GPU, terms of the vLLM server GPU, problems) of ``use_vllm``: the
     colocated share, or the server's weights and the KV cache of one ``vllm_max_model_length`` sequence."""
-    grpo, shape, gpu_gib = job.grpo, job.shape, job.gpu_gib
-    if not grpo["use_vllm"]:
+    grpo, shape, gpu_gib = job.knobs, job.shape, job.gpu_gib
+    if job.sft or not grpo["use_vllm"]:
         return [], [], []
     train: list[Term] = []
     server: list[Term] = []
@@ -336,39 +367,44 @@ def _precision_note(job: _Job) -> str:
                else "bf16 weights without master copy (train.pure_bf16)")
     if peft["enabled"]:
         masters = f"frozen {'quantized' if peft['quantization'] != 'none' else precision.compute} base, float32 adapter"
+    if job.sft:
+        return f"{masters}, {precision.compute} compute, no reference model (SFT)"
     reference = "reference: the adapter disabled" if peft["enabled"] else f"{precision.reference} reference model"
     return f"{masters}, {precision.compute} compute, {reference}"
 
 
 def memory_plan(cfg: Mapping[str, Any], shape: ModelShape, gpus: int | None = None, *,
-                slurm_extra: str | None = None, signal_source: str = "the train rule's slurm_extra") -> MemoryPlan:
+                slurm_extra: str | None = None, signal_source: str = "the train rule's slurm_extra",
+                kind: JobKind = GRPO) -> MemoryPlan:
     """The per-GPU memory plan of ``cfg`` (a validated config) for a model of ``shape``, with its
     checkpoints' disk and write time (:mod:`olmpipe.plan.checkpoint`).
 
-    ``gpus``: the job's GPUs (``resources.train.gpu`` when None; the rule passes its resource);
-    ``slurm_extra``: the train rule's sbatch flags (SLURM's ``--signal`` lead), ``signal_source`` where
-    they come from (for the messages).
+    ``gpus``: the job's GPUs (``resources.<section>.gpu`` when None; the rule passes its resource);
+    ``slurm_extra``: the rule's sbatch flags (SLURM's ``--signal`` lead), ``signal_source`` where
+    they come from (for the messages); ``kind``: the trainer (:mod:`olmpipe.job.kinds`; GRPO's job,
+    or SFT's: no generation, no reference model, no vLLM).
     """
-    res = cfg["resources"]["train"]
+    res = cfg["resources"][kind.section]
     gpus = res["gpu"] if gpus is None else gpus
     launch = plan(gpus, res["launcher"], res["vllm_server_gpus"], res["strategy"], res["nodes"])
-    precision = _precision(cfg)
-    job = _Job(cfg, shape, launch, precision, 2 if precision.bf16 else 4, float(res["gpu_memory_gb"]))
+    precision = _precision(cfg, kind)
+    job = _Job(cfg, shape, launch, precision, 2 if precision.bf16 else 4, float(res["gpu_memory_gb"]), kind)
     vllm_train, server, problems = _vllm_terms(job)
     terms = _weight_terms(job) + _activation_terms(job) + _generation_terms(job) + vllm_train
     total = sum(t.gib for t in terms)
     strategy, n = launch.effective_strategy, launch.train_processes
     if total > job.gpu_gib:
         top = max(terms, key=lambda t: t.gib)
-        hint = f"; {_zero3_hint(cfg, shape, gpus, job.gpu_gib)}" if strategy in ("ddp", "zero2") and n > 1 else ""
-        problems.append(f"a training GPU needs {total:.1f} GiB, more than resources.train.gpu_memory_gb "
+        hint = f"; {_zero3_hint(cfg, shape, gpus, job.gpu_gib, kind)}" if strategy in ("ddp", "zero2") and n > 1 else ""
+        problems.append(f"a training GPU needs {total:.1f} GiB, more than resources.{kind.section}.gpu_memory_gb "
                         f"({job.gpu_gib:g}); largest term: {top.name} ({top.gib:.1f} GiB): {top.fix}{hint}")
-    problems += context_problems(cfg, budget_of(shape))
+    if not job.sft:
+        problems += context_problems(cfg, budget_of(shape))
     peft = job.peft
     checkpoints = checkpoint_plan(cfg, strategy=strategy, processes=n, parameters=shape.parameters(),
                                   weight_bytes=job.weight_bytes, compute_bytes=job.w,
                                   slurm_extra=slurm_extra, signal_source=signal_source,
-                                  adapter_bytes=_adapter_bytes(shape, peft) if peft["enabled"] else None)
+                                  adapter_bytes=_adapter_bytes(shape, peft) if peft["enabled"] else None, kind=kind)
     height, width = page_size(cfg["rasterize"]["longest_side"])
     return MemoryPlan(launch=launch, shape=shape, gpu_memory_gib=job.gpu_gib, train_terms=tuple(terms),
                       server_terms=tuple(server), problems=tuple(problems), precision=_precision_note(job),
@@ -383,7 +419,7 @@ def _adapter_bytes(shape: ModelShape, peft: Mapping[str, Any]) -> float:
     return (adapter_parameters(shape, peft)[0] + saved_module_parameters(shape, peft)[0]) * 4
 
 
-def _lora_terms(shape: ModelShape, peft: Mapping[str, Any], w: int) -> list[Term]:
+def _lora_terms(shape: ModelShape, peft: Mapping[str, Any], w: int, section: str = "train") -> list[Term]:
     """Weights, gradients and optimizer states of LoRA/QLoRA training (:mod:`olmpipe.plan.lora`)."""
     from olmpipe.plan.lora import adapter_parameters, base_weight_bytes, saved_module_parameters
 
@@ -392,25 +428,25 @@ def _lora_terms(shape: ModelShape, peft: Mapping[str, Any], w: int) -> list[Term
     saved, unknown_saved = saved_module_parameters(shape, peft)
     trained = _adapter_bytes(shape, peft)  # fp32 adapter and modules_to_save copies (16 B/param with grads, AdamW)
     note_unknown = f"; not sized: {', '.join(unknown + unknown_saved)}" if unknown or unknown_saved else ""
-    quant_fix = "train.peft.quantization: 4bit (QLoRA, rollouts without vLLM)"
+    quant_fix = f"{section}.peft.quantization: 4bit (QLoRA" + (", rollouts without vLLM)" if section == "train" else ")")
     return [
         Term("base weights (frozen)", base / GIB, base_note,
              quant_fix if peft["quantization"] == "none" else "a smaller model"),
         Term("adapter weights", trained / GIB,
              f"LoRA r={peft['r']}: {adapter / 1e6:.1f}M x 4 B" + (f" + {saved / 1e6:.1f}M saved x 4 B" if saved else "")
-             + note_unknown, "lower train.peft.r or fewer target_modules"),
-        Term("gradients", trained / GIB, "adapter only", "lower train.peft.r"),
-        Term("optimizer states", 2 * trained / GIB, "AdamW, adapter only", "lower train.peft.r"),
+             + note_unknown, f"lower {section}.peft.r or fewer target_modules"),
+        Term("gradients", trained / GIB, "adapter only", f"lower {section}.peft.r"),
+        Term("optimizer states", 2 * trained / GIB, "AdamW, adapter only", f"lower {section}.peft.r"),
     ]
 
 
-def _zero3_hint(cfg: Mapping[str, Any], shape: ModelShape, gpus: int, gpu_gib: float) -> str:
+def _zero3_hint(cfg: Mapping[str, Any], shape: ModelShape, gpus: int, gpu_gib: float, kind: JobKind = GRPO) -> str:
     """What ZeRO-3 (everything sharded) would need per training GPU, for a job ZeRO-2/DDP cannot fit."""
     from olmpipe.config import deep_update
 
-    alternative = deep_update(json.loads(json.dumps(cfg)), {"resources": {"train": {"strategy": "zero3"}}})
-    need = sum(t.gib for t in memory_plan(alternative, shape, gpus).train_terms)
-    verdict = "fits" if need <= gpu_gib else "still does not fit: more GPUs (resources.train.gpu, nodes)"
-    return (f"with resources.train.strategy: zero3 a training GPU would need {need:.1f} GiB of {gpu_gib:g} "
-            f"({verdict})")
+    alternative = deep_update(json.loads(json.dumps(cfg)), {"resources": {kind.section: {"strategy": "zero3"}}})
+    need = sum(t.gib for t in memory_plan(alternative, shape, gpus, kind=kind).train_terms)
+    verdict = "fits" if need <= gpu_gib else f"still does not fit: more GPUs (resources.{kind.section}.gpu, nodes)"
+    return (f"with resources.{kind.section}.strategy: zero3 a training GPU would need {need:.1f} GiB of "
+            f"{gpu_gib:g} ({verdict})")
 

@@ -4,6 +4,7 @@
 file                          written by -> read by                       owner
 ============================  ==========================================  =====================
 ``validate/pages.jsonl``      validate -> generation, training, report    :mod:`.pages`
+``validate/audit.jsonl|json`` validate_audit -> console, notebooks        :mod:`.audit`
 ``<run>/generations.jsonl``   baseline/evaluate -> compare, report         :mod:`.generations`
 ``<run>/verdicts.jsonl``      baseline/evaluate -> compare, notebooks      :mod:`.verdicts`
 ``difficulty/*.jsonl|json``   difficulty -> training, report, notebooks    :mod:`.difficulty`

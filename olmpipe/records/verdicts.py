@@ -17,12 +17,18 @@ from olmpipe.records.files import iter_jsonl, write_jsonl
 VERDICTS_NAME = "verdicts.jsonl"
 #: The fields every verdict line has (``reason`` too, empty when the test passed).
 VERDICT_KEYS = ("test_id", "type", "jsonl", "pdf", "page", "repeat", "passed")
-VERDICT_COLUMNS = (*VERDICT_KEYS, "reason")
+#: The key of a pass the short-answer guard rejects (optional: older files lack it, read as False).
+SHORT_ANSWER_KEY = "short_answer"
+VERDICT_COLUMNS = (*VERDICT_KEYS, "reason", SHORT_ANSWER_KEY)
 
 
 @dataclass(frozen=True)
 class CandidateVerdict:
-    """One test on one repeat of its page (``repeat`` None when the page has no file)."""
+    """One test on one repeat of its page (``repeat`` None when the page has no file).
+
+    ``passed`` is olmOCR-Bench's verdict; ``short_answer`` marks a pass the short-answer guard
+    rejects (:mod:`olmpipe.bench.shortguard`; lines written before the key existed lack it: False).
+    """
 
     test_id: str
     type: str
@@ -32,6 +38,7 @@ class CandidateVerdict:
     repeat: int | None
     passed: bool
     reason: str
+    short_answer: bool = False
 
     def to_dict(self) -> dict:
         return dict(vars(self))

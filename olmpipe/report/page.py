@@ -40,12 +40,13 @@ import yaml
 
 from olmpipe.bench.describe import describe_tests
 from olmpipe.evaluate.compare import ComparisonError, read_comparison
-from olmpipe.layout import DIFFICULTY_DROPPED
+from olmpipe.layout import DIFFICULTY_DROPPED, SFT_MODEL_DIR
 from olmpipe.records.generations import GENERATIONS_NAME, read_generations
 from olmpipe.records.metrics import read_metrics
 from olmpipe.records.pages import read_page_index
 from olmpipe.records.scores import read_pipeline_counts
 from olmpipe.report.template import CSS, PAGE_TEMPLATE
+from olmpipe.rewards.bench_metrics import SHORT_HIGH_REWARD, SHORT_PASSES
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +61,8 @@ PLOT_CAPTIONS = {
     "intervals.",
     "page_change": "Per eval page: change in the share of its tests passed (top) and change in output "
     "length (bottom; red marks pages flagged by a guard).",
+    "sft_loss": "SFT, the stage before GRPO: loss on the answer tokens per step for each SFT seed (solid) and "
+    "the share of answer tokens predicted right (dashed, right axis).",
 }
 
 
@@ -141,11 +144,52 @@ def headline(comparison: Mapping[str, Any]) -> str:
             "The difference could be chance at this sample size (the interval includes 0 or p is large)."
         )
     method = f", {r['test_method']}" if r["test_method"] != "none" else ""
+    g = next((g for g in comparison["rows"] if g["scope"] == "guarded"), None)
+    guarded = (f" With the short-answer guard (a pass through a fuzzy match inside a too-short answer fails): "
+               f"{_pct(g['baseline'])} &rarr; {_pct(g['trained'])} ({_pct(g['difference'], True)} points)."
+               if g else "")
     return (
         f"Overall olmOCR-Bench score {_pct(r['baseline'])} &rarr; <b>{_pct(r['trained'])}</b> "
         f"({_pct(r['difference'], True)} points, {level}% CI {_ci(r['difference_ci'], True)}, "
-        f"paired sign-flip p = {r['p_value']:.3g}{method}; {r['tests']} tests). {verdict}"
+        f"paired sign-flip p = {r['p_value']:.3g}{method}; {r['tests']} tests). {verdict}{guarded}"
     )
+
+
+def _score_cell(row: Mapping[str, Any], side: str) -> str:
+    return f"{_pct(row[side])} <small>{_ci(row[side + '_ci'])}</small>"
+
+
+def _diff_cells(row: Mapping[str, Any]) -> str:
+    cls = "pos" if row["difference_ci"][0] > 0 else "neg" if row["difference_ci"][1] < 0 else ""
+    return (f"<td class='{cls}'>{_pct(row['difference'], True)} <small>{_ci(row['difference_ci'], True)}</small></td>"
+            f"<td>{row['p_value']:.3g}</td>")
+
+
+def chain_section(sft_comparison: Mapping[str, Any] | None, comparison: Mapping[str, Any]) -> str:
+    """Base -> SFT -> GRPO side by side (with an SFT stage): each score of the three models with its
+    interval, and each stage's difference with its interval and paired p, from ``sft_comparison``
+    (base vs the SFT model) and ``comparison`` (the SFT model vs GRPO, which started from it)."""
+    if sft_comparison is None:
+        return ""
+    grpo = {(r["scope"], r["name"]): r for r in comparison["rows"]}
+    level = round(100 * comparison["settings"]["ci_level"])
+    names = (sft_comparison["baseline"]["name"], sft_comparison["trained"]["name"], comparison["trained"]["name"])
+    head = (f"<tr><th>scope</th><th>name</th><th>tests</th><th>base: {escape(names[0])}</th>"
+            f"<th>SFT: {escape(names[1])}</th><th>GRPO: {escape(names[2])}</th>"
+            f"<th>SFT &minus; base ({level}% CI)</th><th>p</th><th>GRPO &minus; SFT ({level}% CI)</th><th>p</th></tr>")
+    body = []
+    for r in sft_comparison["rows"]:
+        g = grpo.get((r["scope"], r["name"]))
+        if g is None or r["scope"] == "jsonl":
+            continue
+        body.append(f"<tr class='{escape(r['scope'])}'><td>{escape(r['scope'])}</td><td>{escape(r['name'])}</td>"
+                    f"<td>{r['tests']}</td><td>{_score_cell(r, 'baseline')}</td><td>{_score_cell(r, 'trained')}</td>"
+                    f"<td>{_score_cell(g, 'trained')}</td>{_diff_cells(r)}{_diff_cells(g)}</tr>")
+    sft_line = headline(sft_comparison).replace("Overall olmOCR-Bench score", "SFT: overall olmOCR-Bench score", 1)
+    return (f"<h2>Base &rarr; SFT &rarr; GRPO</h2><p class='muted'>The chain on the held-out eval pages: the "
+            f"base model, the SFT model ({SFT_MODEL_DIR}), and GRPO started from it. Each difference is "
+            f"paired on the same tests (bootstrap interval, sign-flip p); the GRPO line above is GRPO against "
+            f"the SFT model it started from.</p><p>{sft_line}</p><table>{head}{''.join(body)}</table>")
 
 
 def _scores_table(comparison: Mapping[str, Any]) -> str:
@@ -200,6 +244,36 @@ def _guards_section(guards: Mapping[str, Any]) -> str:
         rows.append((f"eval pages the {escape(run)} model was trained on (scored, flagged)",
                      ", ".join(f"{escape(p['pdf'])} p{p['page']}" for p in seen)))
     return "<table class='kv'>" + "".join(f"<tr><th>{k}</th><td>{v}</td></tr>" for k, v in rows) + "</table>"
+
+
+def _short_answer_rows(metrics: Mapping[str, str | Path] | None) -> str:
+    """Per seed, the training signal of answers that game the fuzzy matches (olmocr #461):
+    ``bench/short_high_reward`` (completions much shorter than their page with a high unit-test
+    reward) and ``bench/short_passes`` (tests passed through a too-short match), per logged step."""
+    rows = []
+    for label, path in sorted((metrics or {}).items()):
+        records = read_metrics(path, error=ComparisonError)
+        high = [(r.get("step"), r[SHORT_HIGH_REWARD]) for r in records
+                if isinstance(r.get(SHORT_HIGH_REWARD), (int, float))]
+        passes = [r[SHORT_PASSES] for r in records if isinstance(r.get(SHORT_PASSES), (int, float))]
+        if not high:
+            rows.append(f"<tr><td>{escape(label)}</td><td colspan='4' class='muted'>not logged</td></tr>")
+            continue
+        flagged = [step for step, value in high if value > 0]
+        cls = " class='warn'" if flagged else ""
+        first = f" (first: step {flagged[0]})" if flagged else ""
+        most_passes = f"{max(passes):g}" if passes else "-"
+        rows.append(f"<tr><td>{escape(label)}</td><td{cls}>{len(flagged)} of {len(high)}{first}</td>"
+                    f"<td>{max(v for _, v in high):g}</td><td>{high[-1][1]:g}</td><td>{most_passes}</td></tr>")
+    if not rows:
+        return ""
+    head = (f"<tr><th>seed</th><th>steps with <code>{SHORT_HIGH_REWARD}</code> &gt; 0</th><th>max</th>"
+            f"<th>last step</th><th>max <code>{SHORT_PASSES}</code></th></tr>")
+    return ("<h3>Training: short answers with a high reward</h3><p class='muted'>Completions much shorter "
+            "than their page that still earned a high unit-test reward (per reward call), and tests passed "
+            "only through a fuzzy match inside a too-short answer (counted as failed with "
+            "<code>rewards.bench.short_answer_guard</code>): a run that starts to write less for more shows "
+            f"here.</p><table>{head}{''.join(rows)}</table>")
 
 
 def _generation_section(baseline_dir: str | Path | None, trained_dir: str | Path | None) -> str:
@@ -388,12 +462,14 @@ def build_report(
     trained_dir: str | Path | None = None,
     difficulty: Mapping[str, Any] | None = None,
     metrics: Mapping[str, str | Path] | None = None,
+    sft_comparison: Mapping[str, Any] | None = None,
 ) -> str:
     """The report as one HTML string (see the module docstring for its sections).
 
     Run folders default to the ``dir`` recorded in the comparison. ``difficulty`` is the difficulty
     filter's ``filter.json`` (None: the filter was off) and ``metrics`` maps each seed to its
-    training metrics (for the share of groups without reward spread).
+    training metrics (for the share of groups without reward spread); ``sft_comparison`` (base vs
+    the SFT model, with an SFT stage) adds the base -> SFT -> GRPO section.
     """
     baseline_dir = baseline_dir or comparison["baseline"]["dir"]
     trained_dir = trained_dir or comparison["trained"]["dir"]
@@ -416,9 +492,10 @@ def build_report(
         generated=datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
         headline=headline(comparison),
         warnings=warn_html,
+        chain=chain_section(sft_comparison, comparison),
         scores=_scores_table(comparison),
         figures=figures or "<p class='muted'>no plots</p>",
-        guards=_guards_section(comparison["guards"]),
+        guards=_guards_section(comparison["guards"]) + _short_answer_rows(metrics),
         generation=_generation_section(baseline_dir, trained_dir),
         difficulty=_difficulty_section(difficulty, metrics),
         samples=_page_samples(
@@ -449,8 +526,10 @@ def main(argv: list[str] | None = None) -> int:
         PAGE_INDEX,
         PLOTS_DIR,
         REPORT_HTML,
+        SFT_COMPARISON_JSON,
         VALIDATED_TESTS,
         final_metrics,
+        sft_run_dir,
         train_run_dir,
     )
     from olmpipe.records.difficulty import read_summary
@@ -482,11 +561,15 @@ def main(argv: list[str] | None = None) -> int:
         if metrics is None:
             metrics = [final_metrics(train_run_dir(seed)) for seed in cfg["train"]["seeds"]]
         labelled = {Path(m).parent.name: m for m in metrics}
-        plots = write_plots(comparison, labelled, args.plots)
+        sft = cfg["sft"]["enabled"]
+        sft_metrics = {f"sft {Path(m).parent.name}": m for m in
+                       (final_metrics(sft_run_dir(seed)) for seed in cfg["sft"]["seeds"])} if sft else None
+        plots = write_plots(comparison, labelled, args.plots, sft_metrics)
         difficulty = args.difficulty or (str(DIFFICULTY_FILTER) if cfg["train"]["difficulty"]["enabled"] else None)
         write_report(args.out, comparison=comparison, plots=plots, settings=ReportSettings.from_config(cfg),
                      config=cfg, pages_index=args.pages, tests_dir=args.tests, metrics=labelled,
-                     difficulty=read_summary(difficulty, error=ComparisonError) if difficulty else None)  # fmt: skip
+                     difficulty=read_summary(difficulty, error=ComparisonError) if difficulty else None,
+                     sft_comparison=read_comparison(SFT_COMPARISON_JSON) if sft else None)  # fmt: skip
     except (ComparisonError, OSError, ValueError) as exc:
         log.error("%s", exc)
         return 1

@@ -6,7 +6,9 @@
 - :func:`plot_type_rates`: pass rate per test type (and overall) before and after, with the
   bootstrap intervals of the comparison;
 - :func:`plot_page_change`: per eval page, the change in share of tests passed, and below it the
-  change in output length (a reward-hacking guard).
+  change in output length (a reward-hacking guard);
+- :func:`plot_sft`: with an SFT stage, each SFT seed's loss (and token accuracy) per step, the
+  first stage's curve beside GRPO's reward curve.
 
 Each function writes one PNG and returns its path; all take plain data (the comparison's JSON
 form, metric records) so they can be tested with hand-made numbers.
@@ -23,7 +25,7 @@ from typing import Any
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from olmpipe.layout import plot_path
+from olmpipe.layout import SFT_PLOT, plot_path
 from olmpipe.records.metrics import read_metrics
 
 log = logging.getLogger(__name__)
@@ -38,6 +40,9 @@ REWARD_KEYS = ("reward", "train/reward")
 BENCH_KEYS = ("rewards/bench_reward/mean", "rewards/bench_macro_reward/mean", "bench/pass_rate")
 # the total reward on the eval split during training (``train.grpo.eval_strategy``), when logged
 EVAL_KEYS = ("eval_reward", "eval/reward")
+# an SFT run's training loss and its share of answer tokens predicted right (TRL's SFTTrainer logs)
+LOSS_KEYS = ("loss", "train/loss")
+TOKEN_ACCURACY_KEYS = ("mean_token_accuracy", "train/mean_token_accuracy")
 
 
 class PlotError(ValueError):
@@ -117,6 +122,36 @@ def plot_rewards(
     return _save(fig, out)
 
 
+def plot_sft(losses: Mapping[str, Sequence[tuple[float, float]]], out: str | Path,
+             accuracies: Mapping[str, Sequence[tuple[float, float]]] | None = None) -> Path:
+    """The SFT runs' loss per step (``losses``: seed label -> points; left axis) and, dashed on the
+    right axis, their share of answer tokens predicted right (``accuracies``)."""
+    fig = Figure(figsize=(7, 4), layout="constrained")
+    ax = fig.add_subplot()
+    right = ax.twinx()
+    for label, points in losses.items():
+        if not points:
+            continue
+        xs, ys = zip(*points)
+        (line,) = ax.plot(xs, ys, marker=".", linewidth=1.2, label=f"{label}: loss")
+        if (accuracies or {}).get(label):
+            bx, by = zip(*accuracies[label])
+            right.plot(bx, by, linestyle="--", linewidth=1, color=line.get_color(), label=f"{label}: token accuracy")
+    if not any(losses.values()):
+        ax.text(0.5, 0.5, "no loss logged", transform=ax.transAxes, ha="center", va="center")
+    ax.set_xlabel("SFT step")
+    ax.set_ylabel("loss (answer tokens)")
+    right.set_ylabel("token accuracy")
+    right.set_ylim(0, 1)
+    ax.set_title("SFT loss per step (dashed: share of answer tokens predicted right)")
+    ax.grid(alpha=0.3)
+    handles = ax.get_legend_handles_labels()
+    extra = right.get_legend_handles_labels()
+    if handles[0] or extra[0]:
+        ax.legend(handles[0] + extra[0], handles[1] + extra[1], fontsize=8, loc="best")
+    return _save(fig, out)
+
+
 def _error(row: Mapping[str, Any], run: str) -> tuple[float, float]:
     lo, hi = row[f"{run}_ci"]
     return max(0.0, row[run] - lo), max(0.0, hi - row[run])
@@ -190,8 +225,10 @@ def write_plots(
     comparison: Mapping[str, Any],
     metrics: Mapping[str, str | Path],
     out_dir: str | Path,
+    sft_metrics: Mapping[str, str | Path] | None = None,
 ) -> dict[str, Path]:
-    """All three figures into ``out_dir``: ``rewards.png``, ``type_rates.png``, ``page_change.png``.
+    """All figures into ``out_dir``: ``rewards.png``, ``type_rates.png``, ``page_change.png``, and with
+    ``sft_metrics`` (SFT seed label -> its ``metrics.jsonl``) ``sft_loss.png``.
 
     ``metrics`` maps a seed label to its ``metrics.jsonl``; a missing file is logged and skipped
     (the baseline-only report has no training curves).
@@ -206,10 +243,16 @@ def write_plots(
         else:
             log.warning("no training metrics at %s; the reward plot leaves %s out", path, label)
     overall = next(r for r in comparison["rows"] if r["scope"] == "overall")
-    return {
+    written = {
         "rewards": plot_rewards(
             curves, Path(plot_path("rewards", out_dir)), overall["trained"], overall["baseline"], bench, evals
         ),
         "type_rates": plot_type_rates(comparison, Path(plot_path("type_rates", out_dir))),
         "page_change": plot_page_change(comparison, Path(plot_path("page_change", out_dir))),
     }
+    if sft_metrics is not None:
+        readable = {label: path for label, path in sft_metrics.items() if Path(path).is_file()}
+        written[SFT_PLOT] = plot_sft({k: read_reward_curve(p, LOSS_KEYS) for k, p in readable.items()},
+                                     Path(plot_path(SFT_PLOT, out_dir)),
+                                     {k: read_reward_curve(p, TOKEN_ACCURACY_KEYS) for k, p in readable.items()})
+    return written

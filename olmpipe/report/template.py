@@ -52,6 +52,7 @@ PAGE_TEMPLATE = """<!DOCTYPE html>
 (no external files).</p>
 <p class="headline">{headline}</p>
 {warnings}
+{chain}
 <h2>Scores</h2>
 <p class="muted">olmOCR-Bench aggregation: a test passes when most of its repeats pass; a category
 (JSONL file) scores the share of its tests passed; overall is the mean over categories; a test type

@@ -24,6 +24,15 @@ Use from your own TRL script (no Snakemake needed)::
     from olmpipe.rewards import BenchReward
     trainer = GRPOTrainer(..., reward_funcs=[BenchReward(average="micro", processes=4, timeout_s=10)])
 
+The short-answer guard (``short_answer_guard``, on by default; ``rewards.bench.short_answer_guard``):
+a test that olmOCR-Bench passes only through a fuzzy match inside an answer too short to hold the
+test's text (``" "``, ``"e"`` or ``"The"`` pass a present test of any sentence containing them,
+olmocr #461) counts as failed, so that a policy cannot earn more by writing less. Rule, citations
+and where olmpipe differs from olmocr PR #462: :mod:`olmpipe.bench.shortguard`. The metrics
+``bench/short_passes`` and ``bench/short_high_reward`` show such answers while a run trains, guard
+or not (:mod:`olmpipe.rewards.bench_metrics`); the latter reads the ``reference`` column when the
+dataset has one.
+
 Rows with no tests left (no ids, or every test removed by the ``types`` / ``jsonl_regex``
 filters) score None: TRL then leaves the row out of this reward (``nansum``). So do rows whose
 tests cannot be found (ids without a ``test_files`` column, an unknown id, a missing or malformed
@@ -43,6 +52,7 @@ import logging
 from collections.abc import Iterable, Sequence
 from typing import Any, Self
 
+from olmpipe.bench.shortguard import expected_chars
 from olmpipe.records.text import completion_text
 from olmpipe.rewards.bench_lookup import TestLookup, TestLookupError
 from olmpipe.rewards.bench_metrics import BenchStats, error_json, verdicts_json
@@ -73,6 +83,12 @@ class BenchReward:
     - ``share_scoring_with``: another bench reward whose pool this one uses; when both score the
       same batch (micro and macro selected together) the verdicts are computed once. Closing the
       pool is then left to that reward.
+    - ``short_answer_guard``: a pass through a fuzzy match inside an answer too short to hold the
+      test's text counts as failed (:mod:`olmpipe.bench.shortguard`); False gives olmOCR-Bench's
+      (and olmOCR 2's) reward exactly;
+    - ``short_length_share`` / ``short_min_reward``: the ``bench/short_high_reward`` metric counts
+      completions whose page text is shorter than this share of the page's (its reference answer's
+      page text, else the texts its tests look for) and whose reward is at least ``short_min_reward``.
 
     The worker pool starts on the first call and is not pickled (a copy starts its own).
     """
@@ -89,6 +105,9 @@ class BenchReward:
         memory_mb: float = 2048,
         log_details: bool = True,
         share_scoring_with: BenchReward | None = None,
+        short_answer_guard: bool = True,
+        short_length_share: float = 0.25,
+        short_min_reward: float = 0.5,
     ):
         if average not in AVERAGES:
             raise ValueError(f"average must be one of {', '.join(AVERAGES)}, got {average!r}")
@@ -97,8 +116,14 @@ class BenchReward:
         if timeout_s <= 0 or processes < 0 or memory_mb < 0:
             raise ValueError(f"need timeout_s > 0, processes >= 0 and memory_mb >= 0, "
                              f"got {timeout_s}, {processes} and {memory_mb}")
+        if not 0 <= short_length_share <= 1 or not 0 <= short_min_reward <= 1:
+            raise ValueError(f"need short_length_share and short_min_reward in [0, 1], "
+                             f"got {short_length_share} and {short_min_reward}")
         self.average = average
         self.score_text = score_text
+        self.short_answer_guard = bool(short_answer_guard)
+        self.short_length_share = float(short_length_share)
+        self.short_min_reward = float(short_min_reward)
         self.processes = int(processes)
         self.timeout_s = float(timeout_s)
         self.memory_mb = float(memory_mb)
@@ -122,7 +147,8 @@ class BenchReward:
     def __repr__(self) -> str:
         return (f"BenchReward(average={self.average!r}, types={sorted(self.types)}, "
                 f"jsonl_regex={self.jsonl_regex!r}, score_text={self.score_text!r}, "
-                f"processes={self.processes}, timeout_s={self.timeout_s}, memory_mb={self.memory_mb})")
+                f"processes={self.processes}, timeout_s={self.timeout_s}, memory_mb={self.memory_mb}, "
+                f"short_answer_guard={self.short_answer_guard})")
 
     # -- resources -----------------------------------------------------------------------------
     def scorer(self) -> Any:
@@ -166,17 +192,21 @@ class BenchReward:
         files_col = column({"x": test_files if test_files is not None else jsonl_file}, "x", n)
         rewards: list[float | None] = [None] * n
         details: list[str | None] = [None] * n
-        stats = BenchStats()
+        stats = BenchStats(guard=self.short_answer_guard)
         failed: dict[int, str] = {}
         jobs, rows = self._jobs(completions, ids_col, files_col, rewards, details, stats, failed)
         results = self._pool.score(jobs) if jobs else []
+        expected = _ExpectedLength(column(kwargs, "reference", n))
         for i, (_, tests), result in zip(rows, jobs, results, strict=True):
-            rewards[i] = float(result.micro if self.average == "micro" else result.macro)
+            rewards[i] = float(result.reward(self.average, guard=self.short_answer_guard))
             stats.add(tests, result)
+            if rewards[i] >= self.short_min_reward and expected.is_short(
+                    i, completion_text(completions[i]) or "", tests, self.short_length_share):
+                stats.short_high_reward += 1
             if result.errors:
                 failed[i] = self._error_reason(result.errors[0])
             if self.log_details:
-                details[i] = verdicts_json(tests, result)
+                details[i] = verdicts_json(tests, result, guard=self.short_answer_guard)
         if log_error is not None:
             for i, reason in sorted(failed.items()):
                 log_error(i, reason)
@@ -235,6 +265,30 @@ class BenchReward:
             jobs.append((scored_text(text, self.score_text), tests))
             rows.append(i)
         return jobs, rows
+
+
+class _ExpectedLength:
+    """How long a row's page text should be, for ``bench/short_high_reward``: the page text of its
+    reference answer (the ``reference`` column) when it has one, else the texts its tests look for
+    (:func:`olmpipe.bench.shortguard.expected_chars`); each computed once per call (a GRPO group
+    shares them)."""
+
+    def __init__(self, references: list[Any]) -> None:
+        self.references = references
+        self._cache: dict[Any, int] = {}
+
+    def chars(self, i: int, tests: Sequence[Any]) -> int:
+        ref = self.references[i]
+        key = ref if isinstance(ref, str) and ref else tuple(t.id for t in tests)
+        if key not in self._cache:
+            self._cache[key] = len(scored_text(ref, "page_text")) if isinstance(key, str) else expected_chars(tests)
+        return self._cache[key]
+
+    def is_short(self, i: int, text: str, tests: Sequence[Any], share: float) -> bool:
+        """Whether ``text``'s page text is below ``share`` of row ``i``'s expected length (never on a
+        page whose expected length is 0)."""
+        expected = self.chars(i, tests)
+        return expected > 0 and len(scored_text(text, "page_text")) < share * expected
 
 
 def bench_reward(prompts=None, completions=None, **kwargs: Any) -> list[float | None]:

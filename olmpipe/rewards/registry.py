@@ -68,6 +68,9 @@ def _bench(ctx: RewardContext, average: str) -> BenchReward:
         memory_mb=bench_cfg["memory_mb"],
         log_details=first is None,
         share_scoring_with=first,
+        short_answer_guard=bench_cfg["short_answer_guard"],
+        short_length_share=bench_cfg["short_signal"]["length_share"],
+        short_min_reward=bench_cfg["short_signal"]["min_reward"],
     )
 
 

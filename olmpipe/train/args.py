@@ -31,6 +31,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from olmpipe.compat.transformers import for_installed
 from olmpipe.job.kinds import GRPO
 from olmpipe.job.precision import resolve_device, resolve_dtype
 
@@ -62,7 +63,7 @@ def grpo_config(
     """
     from trl import GRPOConfig
 
-    knobs = _for_installed({**knobs, **dict(overrides or {})}, GRPOConfig)
+    knobs = for_installed({**knobs, **dict(overrides or {})}, GRPOConfig)
     if reference_dtype is not None and knobs.get("beta", 0.0) != 0.0:
         knobs["model_init_kwargs"] = {"dtype": reference_dtype, **dict(knobs.get("model_init_kwargs") or {})}
     knobs["save_total_limit"] = None  # applied after each checkpoint's commit (olmpipe.job.checkpoints.rotate)
@@ -81,23 +82,3 @@ def grpo_config(
         reward_weights=list(reward_weights),
         **knobs,
     )
-
-
-#: transformers 5.24 renamed ``gradient_checkpointing`` to ``activation_checkpointing``; older
-#: releases (5.17, vLLM 0.31's and the GPU image's) know only the old names.
-RENAMED = {"activation_checkpointing": "gradient_checkpointing",
-           "activation_checkpointing_kwargs": "gradient_checkpointing_kwargs"}
-
-
-def _for_installed(knobs: dict[str, Any], config_class: Any) -> dict[str, Any]:
-    """``knobs`` with renamed fields spelled as the installed ``GRPOConfig`` spells them."""
-    import dataclasses
-
-    fields = {f.name for f in dataclasses.fields(config_class)}
-    out = dict(knobs)
-    for new, old in RENAMED.items():
-        if new in out and new not in fields and old in fields:
-            value = out.pop(new)
-            if not out.get(old):  # an explicitly set old name wins
-                out[old] = value
-    return out

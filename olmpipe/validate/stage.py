@@ -27,7 +27,11 @@ so a stage that cannot write (read-only folder, full disk) leaves the previous o
 
 Run without Snakemake (after ``python -m olmpipe.rasterize``)::
 
-    python -m olmpipe.validate.stage --manifest results/rasterize/manifest.jsonl --out results/validate
+    python -m olmpipe.validate --manifest results/rasterize/manifest.jsonl --out results/validate
+
+The command then runs the trivial-answer audit of the validated bench (what answers that never read
+the page earn with the configured rewards, :mod:`olmpipe.validate.audit`; the workflow's rule
+``validate_audit``), writes ``audit.jsonl`` and ``audit.json`` beside the outputs and prints its table.
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ from olmpipe.layout import (
     MANIFEST,
     VALIDATE_DIR,
     VALIDATE_REPORT,
+    audit_outputs,
     stage_config,
     validate_outputs,
 )
@@ -360,7 +365,9 @@ def run_validate(
         require_page_coverage=vcfg["require_page_coverage"], eval_fraction=split_cfg["eval_fraction"],
         seed=split_cfg["seed"], math_checker=math_checker,
     )
-    settings = {"bench": cfg["bench"], "validate": vcfg}
+    # validate.audit is the audit's (rule validate_audit), not this stage's: the report records the rest,
+    # as the workflow's validate rule gets it
+    settings = {"bench": cfg["bench"], "validate": {k: v for k, v in vcfg.items() if k != "audit"}}
     write_outputs(result, tests_dir=tests_dir, report_path=report_path, pages_path=pages_path,
                   settings=settings)
     text = summary(result)
@@ -394,6 +401,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=str(VALIDATE_DIR), help="output folder (default: %(default)s)")
     parser.add_argument("--on-invalid", choices=["error", "drop"], help="overrides validate.on_invalid")
     parser.add_argument("--no-check-math", action="store_true", help="skip the KaTeX render check")
+    parser.add_argument("--no-audit", action="store_true", help="skip the trivial-answer audit")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     overrides: dict[str, Any] = {"validate": {}}
@@ -417,6 +425,17 @@ def main(argv: list[str] | None = None) -> int:
     except (ValidationFailed, OutputError) as exc:
         logger.error("%s", exc)
         return 1
+    if not args.no_audit:
+        from olmpipe.validate.audit import AuditError, format_audit, run_audit
+
+        audit = audit_outputs(args.out)
+        try:
+            summary = run_audit(cfg, pages_path=outputs["pages"], tests_dir=outputs["tests"],
+                                records_path=audit["records"], summary_path=audit["summary"])
+        except AuditError as exc:
+            logger.error("trivial-answer audit: %s", exc)
+            return 1
+        sys.stdout.write(format_audit(summary) + "\n")
     return 0
 
 

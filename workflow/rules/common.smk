@@ -3,6 +3,8 @@
 # rules' outputs come from it) and
 # olmpipe.codeversion (which package code reruns which rule:
 # `params: code=rule_code_version("<rule>")`); this file only binds them to the validated config.
+import functools
+
 from snakemake.exceptions import WorkflowError
 
 from olmpipe.bench.folders import (
@@ -19,16 +21,19 @@ from olmpipe.layout import (
     COMPARISON_JSON,
     MANIFEST,
     REPORT_HTML,
+    SFT_PLOT,
     SOUP_MODEL_DIR,
     SYNTH_BENCH_DIR,
     TINY_MODEL_DIR,
     TRAIN_RUN,
     ModelPathError,
+    audit_outputs,
     SynthLayout,
     bench_section,
     eval_run_files,
     final_metrics,
     final_model_dir,
+    grpo_base_dir,
     hub_model,
     model_dir,
     model_input,
@@ -70,8 +75,10 @@ try:
     MODEL_DIR = model_dir(config)
 except ModelPathError as exc:
     raise WorkflowError(str(exc)) from None
-# The base model folder as an input of baseline_generate and train_seed.
+# The base model folder as an input of baseline_generate, sft_seed and (without SFT) train_seed.
 MODEL_INPUT = model_input(config)
+# The model GRPO (train_seed) and the difficulty stage start from: the SFT model with sft.enabled.
+GRPO_BASE_DIR = grpo_base_dir(config)
 # Prefix of the commands of the jobs that load the model: no hub look-up there (olmpipe.models.hub).
 OFFLINE = offline_prefix()
 
@@ -106,20 +113,27 @@ def rasterize_input(wildcards):
     return pdfs
 
 
-def train_launch(wildcards, resources):
-    """The launch prefix of a train_seed job (olmpipe.plan.checked_launch_prefix: the memory plan,
-    batch arithmetic and stop grace are checked first), once its run folder is known to resume
-    (olmpipe.job.resume.check_workflow_resume): with train.resume: auto, a run folder whose last
-    checkpoint or kept final model was trained with other settings stops Snakemake here, while the
-    DAG is built, before it deletes the seed's model/ to rerun the job. The job compares again, the
-    training set included."""
+def launch_of(kind, run_dir, model):
+    """The `launch` param function of the training jobs (train_seed for GRPO, sft_seed for SFT), the
+    launch prefix of a job (olmpipe.plan.checked_launch_prefix: the memory plan, batch arithmetic and stop
+    grace are checked first), once its run folder is known to resume
+    (olmpipe.job.resume.check_workflow_resume): with `<section>.resume: auto`, a run folder whose
+    last checkpoint or kept final model was trained with other settings stops Snakemake here, while
+    the DAG is built, before it deletes the seed's model/ to rerun the job. The job compares again,
+    the training set included. `run_dir(seed)` is the seed's run folder, `model` the base it trains.
+    """
+    return functools.partial(checked_launch, kind, run_dir, model)
+
+
+def checked_launch(kind, run_dir, model, wildcards, resources):
+    """See launch_of."""
     gpus = resources.gpu
     prefix = checked_launch_prefix(
-        config, gpus, MODEL_DIR, getattr(resources, "slurm_extra", None)
+        config, gpus, model, getattr(resources, "slurm_extra", None), kind
     )
     seed = int(wildcards.seed)
     try:
-        check_workflow_resume(config, seed, MODEL_DIR, gpus, train_run_dir(seed))
+        check_workflow_resume(config, seed, model, gpus, run_dir(seed), kind)
     except ResumeMismatchError as exc:
-        raise WorkflowError(f"train_seed (seed {seed}): {exc}") from None
+        raise WorkflowError(f"{kind.rule} (seed {seed}): {exc}") from None
     return prefix

@@ -29,7 +29,8 @@ from olmpipe.layout import (
 # `shell:`, safe with vLLM's spawned engine process.
 rule difficulty_sample:
     input:
-        model=MODEL_INPUT,
+        # The model training starts from (with sft.enabled the SFT model).
+        model=GRPO_MODEL_INPUT,
         pages=rules.validate.output.pages,
         tests=rules.validate.output.tests,
     output:

@@ -6,12 +6,22 @@
 TRAIN_SEED_METRICS = expand(
     rules.train_seed.output.metrics, seed=config["train"]["seeds"]
 )
+# With sft.enabled: each SFT seed's metrics (the SFT loss plot) and base vs SFT (the chain section).
+SFT_SEED_METRICS = (
+    expand(rules.sft_seed.output.metrics, seed=config["sft"]["seeds"])
+    if config["sft"]["enabled"]
+    else []
+)
+SFT_COMPARISON = (
+    rules.evaluate_sft_compare.output.json if config["sft"]["enabled"] else []
+)
 
 
 rule report_plots:
     input:
         comparison=rules.evaluate_compare.output.json,
         metrics=TRAIN_SEED_METRICS,
+        sft_metrics=SFT_SEED_METRICS,
     output:
         rewards=report(
             plot_path("rewards"),
@@ -30,6 +40,17 @@ rule report_plots:
             caption="../report/page_change.rst",
             category="Comparison",
             labels={"figure": "per-page change"},
+        ),
+        # the SFT loss per step (sft.enabled)
+        sft_loss=(
+            report(
+                plot_path(SFT_PLOT),
+                caption="../report/sft_loss.rst",
+                category="Training",
+                labels={"figure": "SFT loss per step"},
+            )
+            if config["sft"]["enabled"]
+            else []
         ),
     log:
         "logs/report_plots/report_plots.log",
@@ -56,6 +77,7 @@ rule report_html:
         # The seeds' training metrics (the share of zero-spread groups) and, with
         # train.difficulty.enabled, the difficulty filter's counts.
         metrics=TRAIN_SEED_METRICS,
+        sft_comparison=SFT_COMPARISON,
         difficulty=(
             rules.difficulty_filter.output.summary
             if config["train"]["difficulty"]["enabled"]

@@ -5,8 +5,9 @@
 # checkpoints, metrics.jsonl/csv, completions/ and wandb/ live beside it in results/train/seed{seed}/ and survive a failed or preempted job
 # (Snakemake deletes the outputs of failed jobs), so running the job again resumes (`train.resume:
 # auto`). A job stopped by SIGTERM checkpoints and exits with code 75.
-from olmpipe.launch.slurm import slurm_node_resources
 from olmpipe.job.jobconfig import seed_config_json
+from olmpipe.job.kinds import GRPO
+from olmpipe.launch.slurm import slurm_node_resources
 
 
 wildcard_constraints:
@@ -15,7 +16,8 @@ wildcard_constraints:
 
 rule train_seed:
     input:
-        model=MODEL_INPUT,
+        # The base model, or with sft.enabled the SFT model (rule sft_soup).
+        model=GRPO_MODEL_INPUT,
         # The validated page index, or the difficulty filter's with train.difficulty.enabled.
         pages=TRAIN_PAGE_INDEX,
         tests=rules.validate.output.tests,
@@ -53,7 +55,7 @@ rule train_seed:
         # or the profile's --signal lead (slurm_extra), stops Snakemake before anything is submitted;
         # so does a seed whose run folder was trained with other settings (train.resume: auto),
         # before Snakemake deletes its model/ (common.smk train_launch).
-        launch=train_launch,
+        launch=launch_of(GRPO, train_run_dir, GRPO_BASE_DIR),
         # Editing the trainer, rewards or prompt code retrains every seed (not the bench engine:
         # see olmpipe/codeversion.py, RULE_CODE).
         code=rule_code_version("train_seed"),

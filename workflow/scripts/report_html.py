@@ -24,8 +24,13 @@ with rule_job(snakemake.log[0], "report_html") as log:  # noqa: F821
         # the difficulty filter's counts (no input: the filter was off) and each seed's training metrics
         difficulty=read_summary(snakemake.input.difficulty) if snakemake.input.difficulty else None,  # noqa: F821
         metrics={Path(m).parent.name: m for m in snakemake.input.metrics},  # noqa: F821
+        # with an SFT stage: base vs the SFT model (the base -> SFT -> GRPO section)
+        sft_comparison=read_comparison(snakemake.input.sft_comparison) if snakemake.input.sft_comparison else None,  # noqa: F821
     )
-    # The last job of the `train` target: its table is what the user reads when the run ends.
+    # The last job of the `train` target: its table is what the user reads when the run ends (with an
+    # SFT stage, base -> SFT first, then SFT -> GRPO).
     table = format_table(comparison)
+    if snakemake.input.sft_comparison:  # noqa: F821
+        table = format_table(read_comparison(snakemake.input.sft_comparison)) + "\n\n" + table  # noqa: F821
     log.info("\n%s", table)
     sys.stdout.write(f"\n{table}\nreport: {snakemake.output.html}\n")  # noqa: F821
