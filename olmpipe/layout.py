@@ -287,6 +287,36 @@ class ModelPathError(ValueError):
     """``model.path`` names no model the workflow can load; the message says what to set."""
 
 
+def revision_problem(revision: str) -> str | None:
+    """Why ``revision`` is neither a git ref name (a branch or tag: ``git check-ref-format --allow-onelevel``'s
+    rules) nor a commit hash, or None. Its folder is ``<revision>`` under the repository's download folder
+    (:func:`hub_model_dir`): ``..`` or ``.`` would name a folder above or the same, another revision's.
+
+    >>> revision_problem("refs/pr/1") is None, revision_problem("..")
+    (True, "has '..' in it")
+    """
+    if any(ord(ch) < 32 or ord(ch) == 127 for ch in revision):
+        return "has a control character in it"
+    bad = sorted({ch for ch in revision if ch in " ~^:?*[\\"})
+    if bad:
+        return f"has {' '.join(repr(ch) for ch in bad)} in it"
+    for part, reason in (("..", "has '..' in it"), ("@{", "has '@{' in it"), ("//", "has an empty part ('//')")):
+        if part in revision:
+            return reason
+    if revision == "@":
+        return "is '@'"
+    if revision.startswith("/") or revision.endswith("/"):
+        return "begins or ends with '/'"
+    if revision.endswith("."):
+        return "ends with '.'"
+    for part in revision.split("/"):
+        if part.startswith("."):
+            return f"has a part beginning with '.' ({part!r})"
+        if part.endswith(".lock"):
+            return f"has a part ending in '.lock' ({part!r})"
+    return None
+
+
 def hub_model(cfg: Mapping[str, Any]) -> tuple[str, str] | None:
     """``(repo id, revision)`` when ``model.path`` is a hub id to download, else None.
 
@@ -306,6 +336,11 @@ def hub_model(cfg: Mapping[str, Any]) -> tuple[str, str] | None:
         raise ModelPathError(f"model.path {path!r} is a hub id: set model.revision to the revision to download "
                              f"once into {HUB_MODEL_DIR}/ (a commit hash pins it; a branch or tag is resolved "
                              "to a commit at the first download)")
+    problem = revision_problem(revision)
+    if problem is not None:
+        raise ModelPathError(f"model.revision {revision!r} is not a git branch, tag or commit: it {problem}; give "
+                             f"the branch, tag or commit hash of {path} to download (e.g. main, v1.0, refs/pr/1 or a "
+                             "40-digit commit)")
     return path, revision
 
 
@@ -318,6 +353,11 @@ def model_path_problem(cfg: Mapping[str, Any]) -> str | None:
     as :func:`hub_model` reads it).
     """
     path = cfg["model"]["path"]
+    if path != "embedded" and HUB_ID.fullmatch(path) and not os.path.exists(path) and cfg["model"]["revision"]:
+        try:
+            hub_model(cfg)
+        except ModelPathError as exc:  # a revision that is no git ref (a missing one: the Snakefile says so)
+            return str(exc)
     if path == "embedded" or (HUB_ID.fullmatch(path) and not os.path.exists(path)):
         return None
     folder = Path(path)

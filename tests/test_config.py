@@ -143,7 +143,8 @@ def test_the_old_baseline_section_is_read_as_eval_run(caplog):
     from olmpipe.config import validate_config
 
     cfg = validate_config({"baseline": {"max_pages": 3}, "eval_run": {"progress": False}})
-    assert "baseline" not in cfg and cfg["eval_run"] == {"max_pages": 3, "progress": False, "resume": True}
+    assert "baseline" not in cfg and cfg["eval_run"] == {"max_pages": 3, "progress": False, "resume": True,
+                                                         "on_trained_pages": "refuse"}
     assert "config section 'baseline' is now called 'eval_run'" in caplog.text
     with pytest.raises(ConfigError, match="eval_run.max_pages"):
         validate_config({"baseline": {"max_pages": 0}})

@@ -313,6 +313,48 @@ def _index(tmp_path, pdfs, eval_pdfs=("e.pdf",)):
     return path
 
 
+def _sampled(tmp_path, stats, *, skipped_no_tests=0):
+    """The sampling run's summary.json beside stats.jsonl, as :func:`run_difficulty` writes it (the
+    pages it sampled and scored)."""
+    write_stats(tmp_path / "stats.jsonl", stats)
+    summary = {"pages": len(stats), "sampled_pages": [{"pdf": p.pdf, "page": p.page} for p in stats],
+               "dataset": {"skipped_no_tests": skipped_no_tests, "skipped_filtered": 0}}
+    (tmp_path / "summary.json").write_text(json.dumps(summary))
+
+
+def test_a_sampled_page_without_statistics_is_an_error_and_an_unsampled_one_a_reason(tmp_path):
+    """Issue 31 item 5: a page's line deleted from stats.jsonl, and the filter kept the page without
+    saying so (filter.json counted 7 kept, the index had 8). A page the sampler sampled needs its
+    line (the error names it); a train page the sampler skipped (no tests after the reward filters,
+    which the trainer skips too) is a line of dropped.jsonl with its reason, and filter.json's
+    `kept` is the filtered index's train pages."""
+    stats = [_page("a.pdf", 0.3), _page("b.pdf", 0.0), _page("c.pdf", 0.4)]
+    _sampled(tmp_path, stats, skipped_no_tests=1)
+    index = _index(tmp_path, ["a.pdf", "b.pdf", "c.pdf", "n.pdf"])
+    args = (tmp_path / "o.jsonl", tmp_path / "d.jsonl", tmp_path / "f.json")
+    summary = filter_page_index(tmp_path / "stats.jsonl", index, *args, FilterSettings(), num_generations=4)
+    train = [r["pdf"] for r in read_page_index(tmp_path / "o.jsonl") if r["split"] == "train"]
+    assert train == ["a.pdf", "c.pdf"] and summary["kept"] == len(train)
+    dropped = {d["pdf"]: d["reason"] for d in read_dropped(tmp_path / "d.jsonl")}
+    assert dropped == {"b.pdf": "zero_spread", "n.pdf": "not_sampled"}
+    assert summary["dropped_by_reason"]["not_sampled"] == 1 and summary["sampled"] == 3
+    # the line of c.pdf deleted: an error naming the page and both files; nothing written
+    for path in args:
+        path.unlink()
+    write_stats(tmp_path / "stats.jsonl", stats[:2])
+    with pytest.raises(DifficultyError, match=r"stats.jsonl has no line for c.pdf page 1, a page the sampling run "
+                                              r"sampled \(.*summary.json lists it\)"):
+        filter_page_index(tmp_path / "stats.jsonl", index, *args, FilterSettings(), num_generations=4)
+    assert not any(path.exists() for path in args)
+    # a summary of an older release (no page list): the count tells
+    (tmp_path / "summary.json").write_text(json.dumps({"pages": 3}))
+    with pytest.raises(DifficultyError, match=r"stats.jsonl has 2 lines, but the sampling run scored 3 pages"):
+        filter_page_index(tmp_path / "stats.jsonl", index, *args, FilterSettings(), num_generations=4)
+    (tmp_path / "summary.json").unlink()
+    with pytest.raises(DifficultyError, match=r"no summary.json beside .*stats.jsonl"):
+        filter_page_index(tmp_path / "stats.jsonl", index, *args, FilterSettings(), num_generations=4)
+
+
 def test_drop_reasons():
     s = FilterSettings(min_spread=0.1, min_pass_rate=0.2, max_pass_rate=0.8)
     assert drop_reason(_page("a", 0.0, all_pass=True), s) == "zero_spread"
@@ -327,17 +369,18 @@ def test_drop_reasons():
 def test_filter_drops_exactly_the_flagged_pages_and_lists_them(tmp_path):
     stats = [_page("a.pdf", 0.0, all_pass=True), _page("b.pdf", 0.3), _page("c.pdf", 0.0, all_fail=True,
              jsonl="b.jsonl", types=("table", "present")), _page("d.pdf", None), _page("f.pdf", 0.01)]
-    write_stats(tmp_path / "stats.jsonl", stats)
+    _sampled(tmp_path, stats)
     index = _index(tmp_path, ["a.pdf", "b.pdf", "c.pdf", "d.pdf", "f.pdf", "g.pdf"])
     summary = filter_page_index(tmp_path / "stats.jsonl", index, tmp_path / "out.jsonl", tmp_path / "dropped.jsonl",
                                 tmp_path / "filter.json", FilterSettings(min_spread=0.05), num_generations=8)
     kept = [(r["pdf"], r["split"]) for r in read_page_index(tmp_path / "out.jsonl")]
-    # g.pdf has no statistics (the trainer skips it) and e.pdf is an eval page: both stay
-    assert kept == [("b.pdf", "train"), ("d.pdf", "train"), ("g.pdf", "train"), ("e.pdf", "eval")]
+    # e.pdf is an eval page: it stays; g.pdf was not sampled (no tests after the reward filters): a reason
+    assert kept == [("b.pdf", "train"), ("d.pdf", "train"), ("e.pdf", "eval")]
     dropped = {d["pdf"]: d["reason"] for d in read_dropped(tmp_path / "dropped.jsonl")}
-    assert dropped == {"a.pdf": "zero_spread", "c.pdf": "zero_spread", "f.pdf": "low_spread"}
+    assert dropped == {"a.pdf": "zero_spread", "c.pdf": "zero_spread", "f.pdf": "low_spread", "g.pdf": "not_sampled"}
     assert summary == read_summary(tmp_path / "filter.json")
-    assert (summary["sampled"], summary["kept"], summary["dropped"], summary["unscored_kept"]) == (5, 2, 3, 1)
+    assert (summary["sampled"], summary["kept"], summary["dropped"], summary["unscored_kept"]) == (5, 2, 4, 1)
+    assert summary["not_sampled"] == 1
     assert summary["dropped_by_reason"]["zero_spread"] == 2 and summary["dropped_all_pass"] == 1
     assert summary["by_jsonl"] == {"a.jsonl": {"sampled": 4, "dropped": 2}, "b.jsonl": {"sampled": 1, "dropped": 1}}
     assert summary["by_type"]["table"] == {"sampled": 1, "dropped": 1}
@@ -346,7 +389,7 @@ def test_filter_drops_exactly_the_flagged_pages_and_lists_them(tmp_path):
 
 
 def test_filter_refuses_bad_inputs_with_their_reason(tmp_path):
-    write_stats(tmp_path / "stats.jsonl", [_page("a.pdf", 0.0), _page("b.pdf", 0.0)])
+    _sampled(tmp_path, [_page("a.pdf", 0.0), _page("b.pdf", 0.0)])
     index = _index(tmp_path, ["a.pdf", "b.pdf"])
     args = (tmp_path / "o.jsonl", tmp_path / "d.jsonl", tmp_path / "f.json")
     with pytest.raises(DifficultyError, match="would drop all 2 sampled train pages"):
@@ -355,7 +398,7 @@ def test_filter_refuses_bad_inputs_with_their_reason(tmp_path):
     stale = _index(tmp_path, ["a.pdf", "x.pdf"])
     with pytest.raises(DifficultyError, match="b.pdf page 1 is not a train page"):
         filter_page_index(tmp_path / "stats.jsonl", stale, *args, FilterSettings(), num_generations=4)
-    write_stats(tmp_path / "stats.jsonl", [_page("a.pdf", 0.3, pass_rate=None), _page("b.pdf", 0.3, pass_rate=None)])
+    _sampled(tmp_path, [_page("a.pdf", 0.3, pass_rate=None), _page("b.pdf", 0.3, pass_rate=None)])
     with pytest.raises(DifficultyError, match="select rewards.weights.bench"):
         filter_page_index(tmp_path / "stats.jsonl", _index(tmp_path, ["a.pdf", "b.pdf"]), *args,
                           FilterSettings(min_pass_rate=0.1), num_generations=4)
@@ -372,7 +415,7 @@ def test_filter_keeping_fewer_pages_than_one_training_batch_stops_there(tmp_path
     from olmpipe.difficulty.settings import training_batch_pages
 
     stats = [_page("a.pdf", 0.0, all_pass=True), _page("b.pdf", 0.0, all_fail=True), _page("c.pdf", 0.3)]
-    write_stats(tmp_path / "stats.jsonl", stats)
+    _sampled(tmp_path, stats)
     index = _index(tmp_path, ["a.pdf", "b.pdf", "c.pdf"])
     args = (tmp_path / "o.jsonl", tmp_path / "d.jsonl", tmp_path / "f.json")
     with pytest.raises(DifficultyError) as caught:
@@ -393,7 +436,7 @@ def test_filter_keeping_fewer_pages_than_one_training_batch_stops_there(tmp_path
     assert training_batch_pages(cfg) == 4
     cfg["resources"]["train"].update(gpu=2, strategy="ddp")
     assert training_batch_pages(cfg) == 8
-    write_stats(tmp_path / "stats.jsonl", [_page("a.pdf", 0.05), _page("b.pdf", 0.5, pass_rate=0.9)])
+    _sampled(tmp_path, [_page("a.pdf", 0.05), _page("b.pdf", 0.5, pass_rate=0.9)])
     with pytest.raises(DifficultyError, match=r"lower train.difficulty.min_spread \(now 0.1\); raise or unset "
                                               r"train.difficulty.max_pass_rate \(now 0.8\)"):
         filter_page_index(tmp_path / "stats.jsonl", _index(tmp_path, ["a.pdf", "b.pdf"]), *args,
@@ -419,6 +462,117 @@ def test_command_line_runs_both_steps(tmp_path, mixed, tiny_model_dir, monkeypat
     assert kept.isdisjoint(dropped) and kept | dropped == {*kinds, "e000.pdf"}
     assert main(["difficulty", "filter", "--config", str(cfg_file), "--pages", str(tmp_path / "none.jsonl"),
                  "--out", str(out)]) == 1
+
+
+# ---------------------------------------------------------------- one sampler per journal, none outliving its job
+
+
+class HeldServer:
+    """A chat-completions endpoint that holds its first request until :meth:`release` (a gate: the test
+    acts while the sampler is known to be generating), then answers every request alike."""
+
+    ANSWER = ("---\nprimary_language: en\nis_rotation_valid: True\nrotation_correction: 0\nis_table: False\n"
+              "is_diagram: False\n---\nSome page text")
+
+    def __init__(self):
+        import threading
+
+        from support.localhttp import LocalHttpServer, QuietHandler
+
+        self.reached, self.released = threading.Event(), threading.Event()
+        owner = self
+
+        class Handler(QuietHandler):
+            def do_POST(self):
+                self.rfile.read(int(self.headers["Content-Length"]))
+                owner.reached.set()
+                owner.released.wait(600)
+                body = json.dumps({"id": "x", "object": "chat.completion", "choices": [
+                    {"index": 0, "message": {"role": "assistant", "content": owner.ANSWER}, "finish_reason": "stop"}],
+                    "usage": {"prompt_tokens": 3, "completion_tokens": 3, "total_tokens": 6}}).encode()
+                try:
+                    self.send_response(200)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass
+
+        self.http = LocalHttpServer(Handler)
+
+    def __enter__(self):
+        self.http.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        self.released.set()
+        self.http.__exit__(*exc)
+
+
+def _wait_for(what, condition, timeout: float = 300):
+    """Until ``condition()`` holds (a gate on a file or process; the deadline only ends a broken run)."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
+
+
+def test_a_sampler_stops_with_its_snakemake_and_a_second_one_on_its_journal_refuses(tmp_path, mixed, tiny_model_dir):
+    """Issue 31 item 8: after kill -9 of Snakemake a running difficulty_sample went on, and
+    --rerun-incomplete started a second sampler on the same journal (116 of 720 generations made
+    twice). The journal has one writer (a lock naming it): a second sampler stops at once with exit 1,
+    naming the first's pid; and with --exit-with-job (the workflow's) the sampler stops when the
+    process that started it is gone, keeping its journal, and frees the lock."""
+    import os
+    import subprocess
+    import sys
+
+    from olmpipe.procs import HolderLock
+    from olmpipe.records.generations import JOURNAL_LOCK_NAME
+
+    pages, tests, _ = mixed
+    out = tmp_path / "out"
+    with HeldServer() as server:
+        cfg_file = tmp_path / "c.yaml"
+        cfg_file.write_text(json.dumps({
+            "train": {"grpo": GRPO}, "rewards": {"bench": {"processes": 0}},
+            "generation": {"backend": "openai", "batch_size": 4, "openai": {
+                "base_url": f"{server.http.base_url}/v1", "concurrency": 1, "retries": 0, "timeout_s": 900}}}))
+        cmd = [sys.executable, "-m", "olmpipe.difficulty", "sample", "--config", str(cfg_file), "--model",
+               str(tiny_model_dir), "--pages", str(pages), "--tests", str(tests), "--out", str(out), "--no-progress"]
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+        # the job's place (Snakemake's): a parent that starts the sampler, prints its pid and waits
+        starter = "import subprocess,sys; p=subprocess.Popen(sys.argv[1:]); print(p.pid, flush=True); p.wait()"
+        log = tmp_path / "sampler.log"
+        with open(log, "w") as fh:
+            parent = subprocess.Popen([sys.executable, "-c", starter, *cmd, "--exit-with-job"], env=env,
+                                      stdout=subprocess.PIPE, stderr=fh, text=True)
+        sampler = int(parent.stdout.readline())
+        _wait_for("the sampler's first request", lambda: server.reached.is_set() or parent.poll() is not None)
+        assert server.reached.is_set(), log.read_text()[-3000:]
+        second = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300, check=False)
+        assert second.returncode == 1, second.stderr[-3000:]
+        assert f"{out / 'generations.journal.jsonl'} is being written by another job (pid {sampler} on " \
+            in second.stderr, second.stderr[-3000:]
+        parent.kill()  # kill -9 of the job: the sampler is re-parented
+        parent.wait()
+        _wait_for("the sampler to notice", lambda: "the job that started this sampler is gone" in log.read_text())
+        server.released.set()
+
+        def gone() -> bool:
+            try:
+                return open(f"/proc/{sampler}/stat").read().rsplit(")", 1)[1].split()[0] == "Z"
+            except OSError:
+                return True
+
+        _wait_for("the sampler to exit", gone, timeout=300)
+    text = log.read_text()
+    assert "sampler: SIGTERM, stopping (exit 75; what it finished is kept)" in text, text[-3000:]
+    assert not (out / "stats.jsonl").exists()  # it stopped; nothing pretends to be finished
+    HolderLock(out / JOURNAL_LOCK_NAME).acquire().release()  # free again
 
 
 # ---------------------------------------------------------------- acceptance: known rewards, real training

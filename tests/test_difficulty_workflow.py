@@ -58,7 +58,8 @@ def test_plan_and_reruns_of_the_difficulty_stage(tmp_path):
     counts = job_counts(plan)
     assert counts["difficulty_sample"] == 1 and counts["difficulty_filter"] == 1 and counts["train_seed"] == 1
     text = plan.stdout
-    assert re.search(r"rule difficulty_filter:\n\s+input: results/difficulty/stats.jsonl, results/validate/pages.jsonl", text)
+    assert re.search(r"rule difficulty_filter:\n\s+input: results/difficulty/stats.jsonl, "
+                     r"results/difficulty/summary.json, results/validate/pages.jsonl", text)
     assert "--pages results/difficulty/train_pages.jsonl" in text  # the training job reads the filtered index
     order = [m for m in re.findall(r"^rule (\w+):", text, flags=re.MULTILINE) if m in
              ("validate", "difficulty_sample", "difficulty_filter", "train_seed")]

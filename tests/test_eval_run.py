@@ -246,6 +246,24 @@ def test_complete_rerun_does_not_build_a_backend(stage, monkeypatch):
     assert summary.generated == 0
 
 
+def test_a_second_job_on_the_run_folder_stops_at_once_naming_the_first(stage):
+    """Issue 31 item 8 for the generation jobs: the journal has one writer; a second job (a
+    --rerun-incomplete while the first runs) stops before reading or writing anything, naming the
+    first job's pid, host and start time."""
+    import os
+
+    from olmpipe.procs import HolderLock
+    from olmpipe.records.generations import JOURNAL_LOCK_NAME
+
+    out = stage[3]
+    out.mkdir(parents=True, exist_ok=True)
+    with HolderLock(out / JOURNAL_LOCK_NAME), pytest.raises(EvalRunError, match=(
+            rf"generations.journal.jsonl is being written by another job \(pid {os.getpid()} on .*, started ")):
+        run(stage, EchoBackend())
+    assert sorted(p.name for p in out.iterdir()) == [JOURNAL_LOCK_NAME]  # nothing read or written
+    run(stage, EchoBackend())  # free again once the first is done
+
+
 def test_truncated_journal_line_is_ignored(stage):
     with pytest.raises(Interrupted):
         run(stage, EchoBackend(interrupt_after=2))

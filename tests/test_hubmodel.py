@@ -73,6 +73,35 @@ def test_hub_ids_map_to_download_folders(tmp_path: Path, monkeypatch: pytest.Mon
     assert model_dir({"model": {"path": "/no/such/model", "revision": None}}) == "/no/such/model"
 
 
+@pytest.mark.parametrize("revision", ["..", ".", "main/..", "../main", "a..b", ".hidden", "main.lock", "main/",
+                                      "/main", "a//b", "with space", "tag~1", "x^2", "a:b", "what?", "st*r", "[x]",
+                                      "back\\slash", "at@{1}", "@", "tab\tx", "main."])
+def test_a_revision_that_is_no_git_ref_or_commit_is_refused(revision, tmp_path, monkeypatch):
+    """Issue 31 item 6: `model.revision: ".."` passed the config check and mapped onto an existing folder
+    (results/model/hub/<org>--<name>/.. is results/model/hub), so download_model was not scheduled and
+    training failed on a missing config.json. A revision is a git ref name or a commit hash."""
+    from olmpipe.config import check_workflow_config
+    from olmpipe.layout import model_path_problem
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "results/model/hub/test-org--tiny-vlm").mkdir(parents=True)  # another revision's folder
+    cfg = {"model": {"path": REPO_ID, "revision": revision}}
+    message = f"model.revision {revision!r} is not a git branch, tag or commit"
+    with pytest.raises(ModelPathError, match=re.escape(message)):
+        model_dir(cfg)
+    assert message in (model_path_problem(cfg) or "")
+    from snakemake.exceptions import WorkflowError
+
+    with pytest.raises(WorkflowError, match=re.escape(message)):
+        check_workflow_config({"model": {"path": REPO_ID, "revision": revision}})
+
+
+@pytest.mark.parametrize("revision", ["main", "v1.0", "refs/pr/1", "feature/x-y_z", "0" * 40, "a1b2c3d",
+                                      "release-2025.01"])
+def test_git_refs_and_commits_are_revisions(revision):
+    assert hub_model({"model": {"path": REPO_ID, "revision": revision}}) == (REPO_ID, revision)
+
+
 def test_download_from_the_cache_with_the_network_off(tmp_path: Path, hub_cache: tuple[Path, str],
                                                       tiny_model_dir: Path) -> None:
     cache, commit = hub_cache
@@ -357,3 +386,55 @@ def test_a_damaged_blob_in_the_cache_is_named_with_how_to_fetch_it_again(tmp_pat
     proc = download(cache, commit, out)
     assert proc.returncode == 0, proc.stderr
     assert (out / "model.safetensors").read_bytes() == (tiny_model_dir / "model.safetensors").read_bytes()
+
+
+@pytest.mark.slow
+def test_download_models_refusal_is_in_its_log(tmp_path: Path, tiny_model_dir: Path) -> None:
+    """Issue 31 item 7: download_model's refusal (a truncated blob in the cache) was printed on
+    Snakemake's stderr, while its log, which Snakemake points to, was empty. The log has the refusal
+    and its traceback; Snakemake's stderr names the rule's one line and the log."""
+    cache = tmp_path / "hub"
+    commit = add_to_cache(cache, REPO_ID, tiny_model_dir)
+    blob = (cache / f"models--{REPO_ID.replace('/', '--')}" / "snapshots" / commit / "model.safetensors").resolve()
+    with open(blob, "r+b") as fh:
+        fh.truncate(1000)
+    make_small_bench(tmp_path / "bench")
+    (tmp_path / "config").mkdir()
+    config = {**CONFIG, "model": {**CONFIG["model"], "revision": commit}}
+    (tmp_path / "config" / "config.yaml").write_text(yaml.safe_dump(config))
+    proc = subprocess.run([sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "-d", str(tmp_path),
+                           "--cores", "1", "--nolock", "download_model"], env=hub_env(cache, HF_HUB_OFFLINE="1"),
+                          capture_output=True, text=True, timeout=600, check=False)
+    assert proc.returncode != 0, proc.stderr[-3000:]
+    log = (tmp_path / "logs" / "download_model" / "download_model.log").read_text()
+    assert f"The cache holds a damaged copy ({blob})" in log, log
+    assert "download_model: model.path test-org/tiny-vlm" in proc.stderr, proc.stderr[-3000:]
+    assert "logs/download_model/download_model.log" in proc.stderr
+
+
+def test_a_scripts_error_and_its_traceback_go_to_its_log(tmp_path: Path) -> None:
+    """olmpipe.rulejob.rule_job: an unexpected error is logged with its traceback and ends the job with
+    one line naming the rule and the log; a script's own refusal (SystemExit with a message) is logged."""
+    from olmpipe.rulejob import rule_job
+
+    log = tmp_path / "rule.log"
+    with pytest.raises(SystemExit) as caught, rule_job(log, "some_rule"):
+        raise ZeroDivisionError("nothing to divide")
+    assert str(caught.value.code) == f"some_rule: nothing to divide\n(the traceback is in {log})"
+    text = log.read_text()
+    assert "some_rule: ZeroDivisionError" in text and "ZeroDivisionError: nothing to divide" in text, text
+    assert "Traceback" in text, text
+    with pytest.raises(SystemExit, match="some_rule: refused"), rule_job(log, "some_rule"):
+        raise SystemExit("some_rule: refused, for a reason")
+    assert "some_rule: refused, for a reason" in log.read_text()
+
+
+def test_every_workflow_script_sends_its_errors_to_its_log():
+    """Every `script:` rule's errors go to its log (olmpipe.rulejob.rule_job): the scripts route their
+    logging and any exception there, so the log Snakemake names on failure is never empty."""
+    scripts = sorted((REPO / "workflow" / "scripts").glob("*.py"))
+    assert scripts
+    for script in scripts:
+        text = script.read_text()
+        assert "with rule_job(snakemake.log[0]" in text, f"{script.name} does not run inside rule_job"
+        assert "logging.basicConfig" not in text, script.name

@@ -17,7 +17,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "olmpipe"
 #: The floors of docs/architecture.md, lowest first: a unit (a top-level package or module of
 #: olmpipe) may import units of its own floor or below.
 FLOORS: tuple[tuple[str, ...], ...] = (
-    ("records", "procs", "compat"),
+    ("records", "procs", "compat", "rulejob"),
     ("layout", "prompts", "codeversion"),
     ("models", "bench"),
     ("config",),

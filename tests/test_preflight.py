@@ -186,3 +186,53 @@ def test_an_embedded_model_about_to_be_rebuilt_is_not_checked_at_plan_time(tmp_p
     assert module_problems(qwen3["train"]["peft"], folder)  # the job, on this folder, would refuse
     as_built = _cfg({"train": {"peft": peft}})
     assert [p.split(":")[0] for p in job_problems(as_built, 0, folder)] == ["train.peft.vision_target_modules"] * 2
+
+
+@pytest.mark.parametrize("arch", ["qwen2_5_vl", "qwen3_vl"])
+def test_the_vision_tower_with_its_default_targets_plans_and_checks(arch, tiny_models, tmp_path, capsys):
+    """Issue 31 item 1: `train.peft.vision: true` with the default `vision_target_modules: null` (the
+    architecture's own vision linears, docs/lora.md) crashed the module check, and with it the plan, with
+    `TypeError: 'NoneType' object is not iterable`. Null now checks the architecture's vision linears."""
+    model = tiny_models(arch)
+    cfg = _cfg({"model": {"tiny": {"architecture": arch}}, "train": {"peft": {"enabled": True, "vision": True}}})
+    assert cfg["train"]["peft"]["vision_target_modules"] is None
+    assert module_problems(cfg["train"]["peft"], model) == []
+    assert job_problems(cfg, 1, model) == []
+    override = tmp_path / "vision.yaml"
+    override.write_text(yaml.safe_dump({"model": {"tiny": {"architecture": arch}},
+                                        "train": {"peft": {"enabled": True, "vision": True}}}))
+    assert main(["--configfile", str(override), "--model", str(model), "--gpus", "1"]) == 0
+    assert "vision" in capsys.readouterr().out
+
+
+def test_lora_rank_alpha_and_seeds_are_bounded_at_plan_time(tiny_model_dir, tmp_path, capsys):
+    """Issue 31 item 4: `peft.r: 1e9` (an adapter of 10^9 x (in + out) per layer: 256 GB at the first
+    step), `peft.alpha: 1e300` (the update scaled by alpha / r overflows float32: NaN at the first forward)
+    and `train.seeds: [7, 7]` (one seed's job twice, averaged with itself) passed the plan. The rank is
+    bounded by the smallest layer it adapts (LoRA's update has rank min(in, out) at most), the scale
+    alpha / r by olmpipe.job.peft.MAX_LORA_SCALE, and a seed is listed once."""
+    from olmpipe.config import ConfigError
+    from olmpipe.job.peft import MAX_LORA_SCALE
+
+    peft = _cfg({"train": {"peft": {"enabled": True}}})["train"]["peft"]
+    assert module_problems(peft, tiny_model_dir) == []  # r 32 on 64-wide layers
+    [problem] = module_problems({**peft, "r": 10**9}, tiny_model_dir)
+    assert problem.startswith("train.peft.r: 1000000000 is larger than the smallest layer it adapts: "), problem
+    assert "down_proj of the language model" in problem and "128 x 64" in problem, problem
+    assert "set train.peft.r to 64 or less" in problem, problem
+    assert module_problems({**peft, "r": 64}, tiny_model_dir) == []
+    vision = {**peft, "r": 64, "vision": True}  # the tiny vision tower's proj is 32 x 32
+    [problem] = module_problems(vision, tiny_model_dir)
+    assert "proj of the vision tower" in problem and "set train.peft.r to 32 or less" in problem, problem
+    for alpha, r, rslora in ((1e300, 32, False), (MAX_LORA_SCALE * 32 * 1.01, 32, False), (1e6, 4, True)):
+        cfg = _cfg({"train": {"peft": {"enabled": True, "alpha": alpha, "r": r, "rslora": rslora}}})
+        [problem] = job_problems(cfg, 0, None)
+        assert f"train.peft.alpha: {alpha:g} scales the adapter's update by" in problem, problem
+    assert job_problems(_cfg({"train": {"peft": {"enabled": True, "alpha": MAX_LORA_SCALE * 32}}}), 0, None) == []
+    with pytest.raises(ConfigError, match=r"train/seeds: \[7, 7\] has non-unique elements"):
+        _cfg({"train": {"seeds": [7, 7]}})
+    override = tmp_path / "big.yaml"
+    override.write_text(yaml.safe_dump({"train": {"peft": {"enabled": True, "r": 10**9, "alpha": 1e300}}}))
+    assert main(["--configfile", str(override), "--model", str(tiny_model_dir)]) == 2  # a CPU job too
+    err = capsys.readouterr().err
+    assert "train.peft.r: 1000000000 is larger" in err and "train.peft.alpha: 1e+300" in err, err

@@ -250,7 +250,7 @@ def test_difficulty_section_off_and_on(setup, tmp_path):
     stats = [page("a.pdf", 0.0, "arxiv.jsonl", ["math"]), page("b.pdf", 0.4, "arxiv.jsonl", ["math", "table"]),
              page("c.pdf", 0.3, "scans.jsonl", ["present"])]
     dropped = [DroppedPage("a.pdf", 1, "zero_spread", 0.0, 1.0, 1.0, True, False, ["arxiv.jsonl"], ["math"])]
-    summary = summarize_filter(stats, dropped, FilterSettings(), num_generations=28, train_pages=4)
+    summary = summarize_filter(stats, dropped, FilterSettings(), num_generations=28, train_pages=3)
     on = report.build_report(comparison=comparison, plots={}, settings=report.ReportSettings(),
                              difficulty=summary, metrics={"seed0": metrics})
     assert "<b>2</b> / <b>1</b> (1 zero spread; 1 all pass, 0 all fail)" in on

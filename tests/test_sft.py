@@ -142,6 +142,12 @@ def test_a_run_writes_the_final_model_metrics_and_checkpoints(sft_run):
     base, trained = load_file(str(sft_run["model"] / "model.safetensors")), load_file(str(run / "model" / "model.safetensors"))
     moved = sum(not torch.equal(base[k], trained[k]) for k in base)
     assert moved > len(base) // 2, f"only {moved} of {len(base)} tensors moved"
+    # the bench pages it trained on travel with the model (issue 31 item 0): a GRPO run on it inherits them
+    from olmpipe.records.sft import read_pairs
+    from olmpipe.records.train import trained_pages_of
+
+    pairs = {(p.pdf, p.page) for p in read_pairs(sft_run["pairs"])}
+    assert len(pairs) == 4 and set(trained_pages_of(run / "model")) == pairs
 
 
 @pytest.mark.slow

@@ -281,3 +281,47 @@ def test_a_layout_mismatch_names_what_is_off(renderer, monkeypatch):
                                                      r"were measured \(the content fits the paper's width, so the "
                                                      r"print did not shrink it\); e.g. 'qxqxqxq'"):
         visible.visible_words(moved, seen["printed"], seen["blank"], **seen["kwargs"])
+
+
+def test_tests_are_mined_from_what_is_drawn_in_drawn_order(tmp_path, renderer):
+    """Issue 31 item 9: tests the page image contradicts. `unicode-bidi: bidi-override; direction: rtl`
+    prints a sentence reversed (the test had it forward); `::first-letter {color: transparent}` on
+    inline-block word spans drew each word without its first letter and with gaps between the spans
+    (the test kept the hidden letters and dropped the visible spaces); U+200B inside words draws
+    nothing (it stayed in the test text); `flex-direction: column-reverse` prints the last block first
+    (the order test said the opposite). Each is mined from what is drawn, in drawn order."""
+    html = ("<html><head><style>.w { display: inline-block; margin-right: 0.3em } "
+            ".w::first-letter { color: transparent }</style></head>"
+            "<body style='font: 16px serif; margin: 40px'>"
+            "<p>Plain opening sentence of the page is here.</p>"
+            "<p style='unicode-bidi: bidi-override; direction: rtl'>Reversed sentence alpha prints backwards.</p>"
+            "<p><span class=w>Hidden</span><span class=w>initials</span><span class=w>sentence</span>"
+            "<span class=w>bravo</span><span class=w>here.</span></p>"
+            "<p>Zero\u200bwidth sen\u200btence charlie is written here.</p>"
+            "<div style='display: flex; flex-direction: column-reverse'>"
+            "<p>First in the source delta sentence here.</p><p>Second in the source echo sentence here.</p>"
+            "<p>Third in the source foxtrot sentence here.</p></div>"
+            "<div style='display: flex'><p style='order: 2'>Placed last golf sentence of the row.</p>"
+            "<p style='order: 1'>Placed first hotel sentence of the row.</p></div>"
+            "<p>Plain closing sentence of the page is here.</p></body></html>")
+    report, tests = mine(tmp_path, renderer, html)
+    texts = json.dumps(tests, ensure_ascii=False)
+    reference = (tmp_path / "bench/reference/hiding_pg1_repeat1.md").read_text()
+    # printed reversed: neither a test nor the reference writes it forward
+    assert "Reversed" not in texts and "alpha" not in texts and "Reversed" not in reference
+    assert report["hidden_text"][0]["unreadable"].get("drawn reordered", 0) == 5
+    # the hidden first letters are not written, the gaps between the spans are
+    assert "idden nitials entence ravo ere." in reference and "Hidden" not in texts and "Hiddeninitials" not in texts
+    # nothing for a zero-width space
+    assert "\u200b" not in texts and "\u200b" not in reference
+    assert "Zerowidth sentence charlie is written here." in reference
+    # drawn order: column-reverse prints the third first, `order` the hotel sentence before golf
+    drawn = ["Third in the source foxtrot", "Second in the source echo", "First in the source delta",
+             "Placed first hotel", "Placed last golf"]
+    assert [reference.index(s) for s in drawn] == sorted(reference.index(s) for s in drawn), reference
+    for test in (t for t in tests if t["type"] == "order"):
+        rank = {s: i for i, s in enumerate(drawn)}
+        before = next((i for s, i in rank.items() if test["before"].startswith(s)), None)
+        after = next((i for s, i in rank.items() if test["after"].startswith(s)), None)
+        if before is not None and after is not None:
+            assert before < after, test

@@ -8,6 +8,7 @@ import errno
 import json
 import logging
 import os
+import struct
 import subprocess
 import sys
 import time
@@ -123,6 +124,55 @@ def test_a_committed_checkpoint_without_what_a_resume_loads_is_skipped(tmp_path,
     listed = json.loads((good / RUN_STATE_FILE).read_text())[FILES_KEY]
     assert listed == {name: (good / name).stat().st_size
                       for name in ("model.safetensors", "optimizer.pt", "rng_state.pth", "trainer_state.json")}
+
+
+def _poison(path: Path, name: str, value: float) -> None:
+    """Write ``value`` over the first element of tensor ``name`` of a safetensors file, in place
+    (the file keeps its size, so the marker's file list still matches: only the values are bad)."""
+    header_len = struct.unpack("<Q", path.read_bytes()[:8])[0]
+    header = json.loads(path.read_bytes()[8:8 + header_len])
+    start = 8 + header_len + header[name]["data_offsets"][0]
+    with open(path, "r+b") as fh:
+        fh.seek(start)
+        fh.write(struct.pack("<f", value))
+
+
+def test_a_checkpoint_whose_weights_are_not_finite_is_skipped_naming_it(tmp_path, caplog):
+    """Issue 31 item 3: a checkpoint whose adapter held NaN was restored, and the resumed run failed in
+    generation with "probability tensor contains inf/nan" (Snakemake then deleted model/). The weights a
+    resume restores -- the adapter, the model's weights, DeepSpeed's float32 masters -- are checked when
+    a job decides where to go on: such a checkpoint is skipped with a warning naming it and the tensor,
+    as a damaged one is, and the resume continues from the one before; a folder named in train.resume
+    is refused."""
+    from safetensors.torch import save_file
+
+    run = tmp_path / "seed0"
+    good = _save(run, 1)
+    _poison(_save(run, 2) / "model.safetensors", "w", float("nan"))
+    lora = _save(run, 3)
+    (lora / "adapter_config.json").write_text("{}")
+    save_file({"base_model.model.lora_A.weight": torch.ones(4), "base_model.model.lora_B.weight": torch.zeros(4)},
+              str(lora / "adapter_model.safetensors"))
+    _poison(lora / "adapter_model.safetensors", "base_model.model.lora_B.weight", float("inf"))
+    commit(lora, {"seed": 0, "step": 3, "wandb_run_id": None, "settings": SETTINGS})  # the files as they are now
+    deepspeed = _save(run, 4)
+    (deepspeed / "global_step4").mkdir()
+    (deepspeed / "latest").write_text("global_step4")
+    masters = torch.arange(8, dtype=torch.float32)
+    masters[5] = float("nan")
+    torch.save({"optimizer_state_dict": {"single_partition_of_fp32_groups": [masters]}},
+               deepspeed / "global_step4" / "bf16_zero_pp_rank_0_mp_rank_00_optim_states.pt")
+    commit(deepspeed, {"seed": 0, "step": 4, "wandb_run_id": None, "settings": SETTINGS})
+    assert [p.name for p in complete_checkpoints(run, warn=False)] == [f"checkpoint-{n}" for n in (1, 2, 3, 4)]
+    assert resolve_resume("auto", run, SETTINGS) == good
+    for step, where in ((4, ("global_step4/bf16_zero_pp_rank_0_mp_rank_00_optim_states.pt holds NaN in "
+                             "optimizer_state_dict.single_partition_of_fp32_groups.0 (1 of 8 values)")),
+                        (3, "adapter_model.safetensors holds inf in base_model.model.lora_B.weight (1 of 4 values)"),
+                        (2, "model.safetensors holds NaN in w (1 of 64 values)")):
+        assert f"skipping checkpoint {run / f'checkpoint-{step}'}: {where}" in caplog.text, caplog.text
+    with pytest.raises(FileNotFoundError, match=r"checkpoint-2 is not a checkpoint to continue from "
+                                                r"\(model.safetensors holds NaN in w"):
+        resolve_resume(str(run / "checkpoint-2"), run, SETTINGS)
 
 
 def test_a_checkpoint_written_again_loses_its_old_marker_first(tmp_path):

@@ -102,6 +102,32 @@ def test_qlora_is_refused_on_the_cpu_and_with_vllm(quant):
     check_setup(_peft(), "cpu", {"use_vllm": True})  # LoRA on a full-precision base: anywhere
 
 
+def test_adapter_dropout_with_trls_disable_dropout_is_refused_naming_both_keys(tmp_path, capsys):
+    """Issue 31 item 2: TRL's disable_dropout (olmpipe's default true) sets every nn.Dropout's p to 0
+    after PEFT wrapped the model (trl/trainer/utils.py:194-197, grpo_trainer.py:1006), LoRA's dropout
+    included: `train.peft.dropout: 0.1` trained without dropout, silently. The plan and the job refuse
+    the combination, naming both keys; either one changed (per seed too) trains."""
+    from olmpipe.job.preflight import job_problems
+    from olmpipe.plan import main as plan_main
+
+    message = r"train.peft.dropout: 0.1 .*train.grpo.disable_dropout: true"
+    with pytest.raises(PeftSetupError, match=message):
+        check_setup(_peft(dropout=0.1), "cpu", {"use_vllm": False, "disable_dropout": True})
+    check_setup(_peft(dropout=0.1), "cpu", {"use_vllm": False, "disable_dropout": False})
+    check_setup(_peft(dropout=0.0), "cpu", {"use_vllm": False, "disable_dropout": True})
+    check_setup(_peft(dropout=0.1, enabled=False), "cpu", {"use_vllm": False, "disable_dropout": True})
+    cfg = load_config(overrides={"train": {"seeds": [0, 1], "peft": {"enabled": True, "dropout": 0.1}}})
+    [problem] = job_problems(cfg, 0, None)
+    assert re.search(message, problem), problem
+    per_seed = load_config(overrides={"train": {"seeds": [0], "peft": {"enabled": True, "dropout": 0.1},
+                                                "seed_overrides": [{"seed": 0, "grpo": {"disable_dropout": False}}]}})
+    assert job_problems(per_seed, 0, None) == []
+    override = tmp_path / "dropout.yaml"
+    override.write_text(json.dumps({"train": {"peft": {"enabled": True, "dropout": 0.1}}}))
+    assert plan_main(["--configfile", str(override)]) == 2
+    assert "train.grpo.disable_dropout" in capsys.readouterr().err
+
+
 def test_qlora_on_the_cpu_stops_train_seed_before_loading_anything(tmp_path):
     from olmpipe.job.preflight import JobSetupError
     from olmpipe.train.run import train_seed
@@ -350,6 +376,38 @@ def test_a_lora_checkpoint_without_its_adapter_is_skipped_and_the_run_finishes_f
     assert not list(run.glob("*.tmp"))
     assert (run / "checkpoint-4" / f"{RUN_STATE_FILE}.replaced").is_file()
     assert FILES_KEY in json.loads((run / "checkpoint-4" / RUN_STATE_FILE).read_text())
+    assert not _differences(lora_runs["full"][0] / "model", run / "model", "model.safetensors")
+    assert not _differences(lora_runs["full"][0] / "adapter", run / "adapter", "adapter_model.safetensors")
+
+
+@pytest.mark.slow
+def test_a_lora_checkpoint_whose_adapter_holds_nan_is_skipped_and_the_run_finishes_from_the_one_before(
+        lora_runs, caplog):
+    """Issue 31 item 3: a checkpoint whose adapter held NaN was restored, then generation failed with
+    "probability tensor contains inf/nan" (and Snakemake deleted model/). The job skips it, naming it
+    and the tensor, resumes from the checkpoint before and ends bitwise equal to the uninterrupted run."""
+    import logging
+    import struct
+
+    from olmpipe.train.run import train_seed
+
+    caplog.set_level(logging.INFO, logger="olmpipe")
+    run = lora_runs["root"] / "nan-adapter"
+    shutil.copytree(lora_runs["full"][0], run)
+    for name in ("model", "adapter", "model.kept", "checkpoint-4"):
+        shutil.rmtree(run / name)
+    adapter = run / "checkpoint-3" / "adapter_model.safetensors"
+    data = adapter.read_bytes()
+    header = json.loads(data[8:8 + struct.unpack("<Q", data[:8])[0]])
+    name = next(k for k in sorted(header) if "lora_B" in k)
+    with open(adapter, "r+b") as fh:  # in place: the file keeps its size, only a value is bad
+        fh.seek(8 + struct.unpack("<Q", data[:8])[0] + header[name]["data_offsets"][0])
+        fh.write(struct.pack("<f", float("nan")))
+    assert train_seed(lora_runs["cfg"], seed=0, model_path=lora_runs["model"], pages=lora_runs["pages"],
+                      tests_dir=lora_runs["tests"], run_dir=run, reward_funcs=[LowIdReward()]) == 0
+    assert (f"skipping checkpoint {run / 'checkpoint-3'}: adapter_model.safetensors holds NaN in {name} "
+            "(1 of") in caplog.text, caplog.text[-3000:]
+    assert f"resuming from {run / 'checkpoint-2'} (step 2)" in caplog.text
     assert not _differences(lora_runs["full"][0] / "model", run / "model", "model.safetensors")
     assert not _differences(lora_runs["full"][0] / "adapter", run / "adapter", "adapter_model.safetensors")
 

@@ -332,6 +332,32 @@ def test_upper_case_pdf_is_named_exactly(tmp_path):
     assert entry.image == str(tmp_path / "rasterize" / "pages" / "scans" / "BLANK" / "pg1.png")
 
 
+def test_a_pdf_named_in_another_unicode_normalization_is_named_as_such(tmp_path):
+    """Issue 31 item 10: a PDF whose file name is NFD (as macOS writes it: 'e' + U+0301) while the
+    tests name it NFC ('\u00e9') was "missing" although a listing of the folder shows the same name.
+    The problem says so, with both spellings escaped, and how to fix it; the test's own form matches."""
+    import unicodedata
+
+    root = make_small_bench(tmp_path / "bench", pdfs=("earnings.pdf",))
+    nfc, nfd = unicodedata.normalize("NFC", "scans/café.pdf"), unicodedata.normalize("NFD", "scans/café.pdf")
+    assert nfc != nfd
+    make_blank_pdf(root / "pdfs" / nfd)
+    make_blank_pdf(root / "pdfs" / "scans" / "naïve.pdf")  # NFC on disk, NFD in the test
+    page = {"page": 1, "type": "baseline"}
+    write_jsonl(root / "extra.jsonl", [{**page, "id": "nfc", "pdf": nfc}, {**page, "id": "exact", "pdf": nfd},
+                                       {**page, "id": "nfd", "pdf": unicodedata.normalize("NFD", "scans/naïve.pdf")}])
+    rasterize_bench(root, tmp_path / "rasterize", longest_side=32, on_error="error")
+    result, _ = _run(root, tmp_path, on_invalid="drop")
+    first, second = [r for r in _reasons(result) if r.startswith(str(root / "extra.jsonl"))]
+    assert first.startswith(f"{root / 'extra.jsonl'}:1: test 'nfc': PDF {nfc!r} does not exist in {root / 'pdfs'} "
+                            f"(the PDF's file name is the same in another Unicode normalization: the test writes "
+                            f"{nfc!a} (NFC), the file is {nfd!a} (NFD);"), first
+    assert "rename the file or write the test's pdf as the file is named" in first, first
+    assert ascii(unicodedata.normalize("NFD", "scans/naïve.pdf")) + " (NFD), the file is " in second, second
+    (entry,) = [p for p in result.pages if p.pdf != "earnings.pdf"]
+    assert (entry.pdf, entry.test_ids) == (nfd, ["exact"])
+
+
 def test_texts_far_longer_than_olmocr_benchs_are_kept_with_a_warning(bench, tmp_path, caplog):
     """Issue 20 item 10: a present test of 10,000 characters against a 10,000-character answer took
     31 s per completion. The bench's longest texts (olmOCR-Bench's sample) are 245 characters; past

@@ -8,12 +8,15 @@ The workflow's ``difficulty_sample`` rule runs ``python -m olmpipe.difficulty sa
 JSON`` through ``shell:`` (vLLM spawns its engine process, which re-imports the main module: a
 module with a main guard is safe, a Snakemake-generated script is not; docs/vllm.md); the
 ``difficulty_filter`` rule calls :func:`olmpipe.difficulty.filter_page_index` from its script.
-Exit codes: 0 done, 1 the stage failed (one logged line says why), 2 bad arguments or config.
+Exit codes: 0 done, 1 the stage failed (one logged line says why; also when another sampler writes the
+folder's journal), 2 bad arguments or config, 75 stopped by SIGTERM or, with ``--exit-with-job``, because
+its Snakemake is gone (the journal keeps every finished generation).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import sys
 from pathlib import Path
@@ -48,6 +51,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--threads", type=int, default=1, help="CPU cores of the job (default: %(default)s)")
     parser.add_argument("--backend", choices=["transformers", "vllm", "openai"], help="overrides generation.backend")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    parser.add_argument("--exit-with-job", action="store_true",
+                        help="stop (exit 75; the journal keeps every finished generation) when the process that "
+                             "started this one is gone, e.g. Snakemake killed (the workflow passes it)")
     return parser.parse_args(argv)
 
 
@@ -66,12 +72,14 @@ def main(argv: list[str] | None = None) -> int:
     from olmpipe.difficulty import DifficultyError, FilterSettings, filter_page_index, run_difficulty
     from olmpipe.difficulty.settings import training_batch_pages
     from olmpipe.layout import model_dir
+    from olmpipe.procs import exit_with_job
 
     out = Path(args.out)
     try:
         if args.step in ("all", "sample"):
-            run_difficulty(cfg, args.model or model_dir(cfg), args.pages, args.tests, args.out, args.threads,
-                           progress=not args.no_progress)
+            with exit_with_job("sampler") if args.exit_with_job else contextlib.nullcontext():
+                run_difficulty(cfg, args.model or model_dir(cfg), args.pages, args.tests, args.out, args.threads,
+                               progress=not args.no_progress)
         if args.step in ("all", "filter"):
             filter_page_index(args.stats or out / STATS_NAME, args.pages, args.filtered or out / FILTERED_INDEX_NAME,
                               args.dropped or out / DROPPED_NAME, args.summary or out / FILTER_NAME,

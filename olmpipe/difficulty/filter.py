@@ -7,9 +7,11 @@ of the validate stage without the sampled train pages whose spread is not above
 ``train.difficulty.min_spread`` (zero-spread pages always go, as TRL's ``isclose(std, 0)`` judges
 them) or whose pass rate lies outside ``[min_pass_rate, max_pass_rate]``. Nothing disappears
 silently: every page left out is a line of ``dropped.jsonl`` with its reason, and ``filter.json``
-counts them per reason, JSONL file and test type (the report shows it). Eval pages, pages without
-statistics (the trainer skips them anyway: no tests after the reward filters) and pages whose spread
-is unknown (fewer than two completions scored) are kept.
+counts them per reason, JSONL file and test type (the report shows it). Eval pages and pages whose
+spread is unknown (fewer than two completions scored) are kept. The statistics are held to the
+sampling run's ``summary.json`` (the pages it sampled): a sampled page without its line is an
+error, and a train page the run did not sample (no tests after the reward filters, which the
+trainer skips too) leaves the index as ``not_sampled``.
 """
 
 from __future__ import annotations
@@ -23,13 +25,17 @@ from typing import Any
 from olmpipe.difficulty.settings import DifficultyError, FilterSettings
 from olmpipe.records.difficulty import (
     REASON_LOW_SPREAD,
+    REASON_NOT_SAMPLED,
     REASON_PASS_RATE_HIGH,
     REASON_PASS_RATE_LOW,
     REASON_ZERO_SPREAD,
     REASONS,
+    SAMPLED_PAGES_KEY,
+    SUMMARY_NAME,
     DroppedPage,
     PageDifficulty,
     read_stats,
+    read_summary,
     write_dropped,
     write_summary,
 )
@@ -70,12 +76,15 @@ def filter_page_index(
     *,
     num_generations: int,
     batch_pages: int = 1,
+    sampled: str | Path | None = None,
 ) -> dict[str, Any]:
     """Write the filtered page index, ``dropped.jsonl`` and ``filter.json``; returns the summary.
 
-    ``num_generations`` (the GRPO group size) turns pages into rollouts in the summary. Raises
+    ``num_generations`` (the GRPO group size) turns pages into rollouts in the summary; ``sampled``
+    is the sampling run's ``summary.json`` (default: beside ``stats_path``). Raises
     :class:`DifficultyError` when the statistics name a page that is not a train page of the index
-    (they belong to another index: run the difficulty stage again), when a pass-rate window is set
+    (they belong to another index: run the difficulty stage again), when they lack a page the
+    sampling run sampled (:func:`sampled_pages`), when a pass-rate window is set
     but no page has a pass rate (no bench reward selected), when every sampled page would be
     dropped (training would have nothing to learn from), and when fewer train pages than
     ``batch_pages`` would remain (:func:`olmpipe.difficulty.settings.training_batch_pages`: one
@@ -91,6 +100,8 @@ def filter_page_index(
                 f"{stats_path}: {page.pdf} page {page.page} is not a train page of {pages_index}; "
                 "the statistics belong to another page index: run the difficulty stage again"
             )
+    sampled_keys = sampled_pages(stats_path, stats, Path(stats_path).with_name(SUMMARY_NAME) if sampled is None
+                                 else sampled)
     if settings.uses_pass_rate and stats and all(p.pass_rate is None for p in stats):
         raise DifficultyError(
             "train.difficulty.min_pass_rate/max_pass_rate need the pages' pass rates, which come from a "
@@ -111,6 +122,16 @@ def filter_page_index(
             f"train.difficulty would drop all {len(stats)} sampled train pages ({_counts_text(counts)}): GRPO would "
             f"have nothing to learn from. {_advice(counts, settings)}"
         )
+    for row in index:  # train pages the run did not sample: no tests after the reward filters
+        key = (str(row["pdf"]), int(row["page"]))
+        if row.get("split") == "train" and key not in sampled_keys:
+            types = row.get("types") or {}
+            dropped.append(DroppedPage(
+                pdf=key[0], page=key[1], reason=REASON_NOT_SAMPLED, spread=None, mean=None, pass_rate=None,
+                all_pass=False, all_fail=False, jsonl_files=sorted(set((row.get("jsonl_files") or {}).values())),
+                types=sorted(set(types.values())),
+            ))
+    counts = Counter(d.reason for d in dropped)
     kept = len(train_keys) - len(dropped)
     if kept < batch_pages:
         raise DifficultyError(
@@ -128,6 +149,40 @@ def filter_page_index(
     logger.info("difficulty filter: kept %d of %d sampled train pages, dropped %d (%s)", summary["kept"],
                 summary["sampled"], summary["dropped"], _counts_text(Counter(summary["dropped_by_reason"])))
     return summary
+
+
+def sampled_pages(stats_path: str | Path, stats: Sequence[PageDifficulty], summary_path: str | Path) -> set[tuple[str, int]]:
+    """The pages the sampling run sampled (its ``summary.json``), which must be those of ``stats``.
+
+    Raises :class:`DifficultyError` naming a sampled page without its line of ``stats.jsonl`` (a
+    line deleted, the file cut short or taken from another run) or a line of a page the run did not
+    sample; a summary of a release before the page list is held to its page count.
+    """
+    if not Path(summary_path).is_file():
+        raise DifficultyError(f"no {SUMMARY_NAME} beside {stats_path} ({summary_path}): the statistics are not a "
+                              "finished sampling run's; run the difficulty stage (difficulty_sample) again")
+    summary = read_summary(summary_path, error=DifficultyError)
+    have = {p.key for p in stats}
+    again = ("; run the sampling again (snakemake -R difficulty_sample: it reuses every generation of its journal "
+             "and scores again)")
+    listed = summary.get(SAMPLED_PAGES_KEY)
+    if listed is None:
+        if summary.get("pages") != len(stats):
+            raise DifficultyError(f"{stats_path} has {len(stats)} lines, but the sampling run scored "
+                                  f"{summary.get('pages')} pages ({summary_path}): the statistics were cut short or "
+                                  f"edited{again}")
+        return have
+    try:
+        want = {(str(p["pdf"]), int(p["page"])) for p in listed}
+    except (TypeError, KeyError, ValueError):
+        raise DifficultyError(f"{summary_path}: {SAMPLED_PAGES_KEY} is not a list of {{pdf, page}}{again}") from None
+    for pdf, page in sorted(want - have):
+        raise DifficultyError(f"{stats_path} has no line for {pdf} page {page}, a page the sampling run sampled "
+                              f"({summary_path} lists it): the statistics were cut short or edited{again}")
+    for pdf, page in sorted(have - want):
+        raise DifficultyError(f"{stats_path} has a line for {pdf} page {page}, which the sampling run did not sample "
+                              f"({summary_path}): the statistics come from another run{again}")
+    return want
 
 
 def _advice(counts: Mapping[str, int], settings: FilterSettings) -> str:
@@ -156,7 +211,9 @@ def summarize_filter(stats: Sequence[PageDifficulty], dropped: Sequence[DroppedP
                      *, num_generations: int, train_pages: int) -> dict[str, Any]:
     """The ``filter.json`` object: what was kept and dropped, per reason, JSONL file and test type.
 
-    Per JSONL file and per test type a page counts once under each file and type it has tests of.
+    ``kept`` is the filtered index's train pages; ``not_sampled`` the train pages the sampling run
+    did not sample (dropped as such). Per JSONL file and per test type a sampled page counts once
+    under each file and type it has tests of.
     ``zero_spread_share`` is the share of scored sampled pages whose k completions had no spread:
     the share of GRPO groups that would carry no signal without the filter, as the model stood
     before training; the filter leaves none of them in the index. Rollouts are per epoch:
@@ -166,17 +223,20 @@ def summarize_filter(stats: Sequence[PageDifficulty], dropped: Sequence[DroppedP
     zero = sum(p.zero_spread for p in scored)
     by_reason = {reason: 0 for reason in REASONS}
     by_reason.update(Counter(d.reason for d in dropped))
-    dropped_jsonl: Counter[str] = Counter(f for d in dropped for f in d.jsonl_files)
-    dropped_type: Counter[str] = Counter(t for d in dropped for t in d.types)
+    unsampled = [d for d in dropped if d.reason == REASON_NOT_SAMPLED]
+    dropped_sampled = [d for d in dropped if d.reason != REASON_NOT_SAMPLED]
+    dropped_jsonl: Counter[str] = Counter(f for d in dropped_sampled for f in d.jsonl_files)
+    dropped_type: Counter[str] = Counter(t for d in dropped_sampled for t in d.types)
     sampled_jsonl: Counter[str] = Counter(f for p in stats for f in p.jsonl_files)
     sampled_type: Counter[str] = Counter(t for p in stats for t in p.types)
-    kept = len(stats) - len(dropped)
+    kept = train_pages - len(dropped)  # the train pages of the filtered index
     gone = {(d.pdf, d.page) for d in dropped}
     zero_kept = sum(p.zero_spread for p in scored if p.key not in gone)
     return {
         "settings": settings.to_json(),
         "train_pages": train_pages,
         "sampled": len(stats),
+        "not_sampled": len(unsampled),
         "unscored_kept": len(stats) - len(scored),
         "kept": kept,
         "dropped": len(dropped),
@@ -190,6 +250,6 @@ def summarize_filter(stats: Sequence[PageDifficulty], dropped: Sequence[DroppedP
         "num_generations": num_generations,
         "rollouts_per_epoch": len(stats) * num_generations,
         "rollouts_per_epoch_kept": kept * num_generations,
-        "rollouts_saved_per_epoch": len(dropped) * num_generations,
+        "rollouts_saved_per_epoch": len(dropped_sampled) * num_generations,
         "difficulty_rollouts": sum(p.samples for p in stats),
     }

@@ -13,6 +13,10 @@ folder (``results/difficulty/``):
   is missing and a rerun after a reward change generates nothing);
 - ``stats.jsonl``: one :class:`~olmpipe.records.difficulty.PageDifficulty` per page;
 - ``summary.json``: counts (zero-spread, all-pass, all-fail pages), cost and settings.
+
+One sampler per folder: a second one stops at once, naming the first
+(:func:`olmpipe.records.generations.hold_journal`); under Snakemake the sampler stops when its
+Snakemake is gone (``--exit-with-job``, :func:`olmpipe.procs.exit_with_job`).
 """
 
 from __future__ import annotations
@@ -29,9 +33,22 @@ from olmpipe.difficulty.settings import DifficultyError, decoding_settings, trai
 from olmpipe.generate import GenerationBackend, backend_identity, make_requests
 from olmpipe.generate.decoding import decoding_fingerprint
 from olmpipe.generate.journal import check_backend_errors, generate_journaled
-from olmpipe.records.difficulty import STATS_NAME, SUMMARY_NAME, PageDifficulty, write_stats, write_summary
+from olmpipe.records.difficulty import (
+    SAMPLED_PAGES_KEY,
+    STATS_NAME,
+    SUMMARY_NAME,
+    PageDifficulty,
+    write_stats,
+    write_summary,
+)
 from olmpipe.records.files import file_sha256
-from olmpipe.records.generations import GENERATIONS_NAME, GenerationRecord, write_generations
+from olmpipe.records.generations import (
+    GENERATIONS_NAME,
+    GenerationRecord,
+    JournalInUseError,
+    hold_journal,
+    write_generations,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -94,12 +111,25 @@ def run_difficulty(
     allows, and ``tokenizer`` the model folder's processor. Raises :class:`DifficultyError` for bad
     inputs and when more than ``generation.max_error_fraction`` of the generations failed.
     """
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    try:
+        with hold_journal(out):  # one writer per journal: a second sampler stops here, naming the first
+            return _sample(cfg, model_path, pages_index, tests_dir, out, threads, progress=progress, backend=backend,
+                           reward_funcs=reward_funcs, reward_weights=reward_weights, tokenizer=tokenizer)
+    except JournalInUseError as exc:
+        raise DifficultyError(str(exc)) from None
+
+
+def _sample(cfg: Mapping[str, Any], model_path: str | Path, pages_index: str | Path, tests_dir: str | Path,
+            out: Path, threads: int, *, progress: bool, backend: GenerationBackend | None,
+            reward_funcs: Sequence[Callable[..., Any]] | None, reward_weights: Sequence[float] | None,
+            tokenizer: Any) -> dict[str, Any]:
+    """:func:`run_difficulty` while holding the folder's journal."""
     from olmpipe.job.data import PageIndexError, build_examples
 
     generation, rewards_cfg = cfg["generation"], cfg["rewards"]
     settings = decoding_settings(cfg)
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     name = cfg["model"]["name"]
     try:
         examples, dataset = build_examples(
@@ -168,6 +198,7 @@ def summarize(stats: Sequence[PageDifficulty], records: Sequence[GenerationRecor
         "model": cfg["model"]["name"],
         "backend": cfg["generation"]["backend"],
         "pages": len(stats),
+        SAMPLED_PAGES_KEY: [{"pdf": p.pdf, "page": p.page} for p in stats],
         "samples_per_page": decoding_settings(cfg).repeats,
         "sampling": trainer_sampling(cfg["train"]),
         "seed": cfg["train"]["difficulty"]["seed"],

@@ -11,6 +11,7 @@ on the trained model too, with the same ``generation`` and ``eval_run`` settings
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import sys
 from typing import Any
@@ -35,6 +36,7 @@ def main(argv: list[str] | None = None) -> int:
         baseline_run_dir,
         model_dir,
     )
+    from olmpipe.procs import exit_with_job
 
     parser = argparse.ArgumentParser(prog="olmpipe baseline", description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", help="config YAML (default config/config.yaml)")
@@ -56,6 +58,9 @@ def main(argv: list[str] | None = None) -> int:
         "--backend", choices=["transformers", "vllm", "openai"], help="overrides generation.backend"
     )
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    parser.add_argument("--exit-with-job", action="store_true",
+                        help="stop (exit 75; the journal keeps every finished generation) when the process that "
+                             "started this one is gone, e.g. Snakemake killed (the workflow passes it)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     overrides: dict[str, Any] = {}
@@ -69,7 +74,8 @@ def main(argv: list[str] | None = None) -> int:
         logger.error("%s", exc)
         return 2
     out = args.out or baseline_run_dir(cfg)
-    return run_logged(cfg, args.model or model_dir(cfg), args.pages, args.tests, out, args.threads)
+    with exit_with_job("generation job") if args.exit_with_job else contextlib.nullcontext():
+        return run_logged(cfg, args.model or model_dir(cfg), args.pages, args.tests, out, args.threads)
 
 
 if __name__ == "__main__":

@@ -36,6 +36,7 @@ from olmpipe.evaluate import guards as guards_mod
 from olmpipe.evaluate.stats import Interval, paired_bootstrap, sign_flip_test, stratified_score
 from olmpipe.records import comparison as records
 from olmpipe.records.generations import GENERATIONS_NAME, read_generations
+from olmpipe.records.scores import SUMMARY_NAME, read_summary
 from olmpipe.records.verdicts import SHORT_ANSWER_KEY, VERDICTS_NAME, read_verdicts
 
 log = logging.getLogger(__name__)
@@ -114,6 +115,9 @@ class RunData:
     folder: str
     tests: dict[str, TestOutcome]
     generations: list[guards_mod.Generation]
+    #: Eval pages the run's model was trained on, scored with ``eval_run.on_trained_pages: flag``
+    #: (its ``summary.json``'s ``trained_pages``): flagged by the guards.
+    trained_pages: frozenset[tuple[str, int]] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -232,11 +236,17 @@ def load_generations(path: str | Path) -> list[guards_mod.Generation]:
 def load_run(folder: str | Path, name: str | None = None) -> RunData:
     """Load a baseline/evaluate run folder (``verdicts.jsonl`` + ``generations.jsonl``)."""
     folder = Path(folder)
+    summary = read_summary(folder) if (folder / SUMMARY_NAME).is_file() else None
+    try:
+        flagged = frozenset((str(p["pdf"]), int(p["page"])) for p in (summary or {}).get("trained_pages") or ())
+    except (TypeError, KeyError, ValueError):
+        raise ComparisonError(f"{folder / SUMMARY_NAME}: trained_pages is not a list of {{pdf, page}}") from None
     return RunData(
         name=name or folder.name,
         folder=str(folder),
         tests=load_verdicts(folder / VERDICTS_NAME),
         generations=load_generations(folder / GENERATIONS_NAME),
+        trained_pages=flagged,
     )
 
 
@@ -342,7 +352,9 @@ def compare_runs(base: RunData, trained: RunData, settings: CompareSettings) -> 
         for k, o in enumerate(outcomes)
     ]
     try:
-        guard_report = guards_mod.check_guards(tests, base.generations, trained.generations, settings.guards)
+        guard_report = guards_mod.check_guards(tests, base.generations, trained.generations, settings.guards,
+                                               trained_on={"baseline": base.trained_pages,
+                                                           "trained": trained.trained_pages})
     except ValueError as exc:
         raise ComparisonError(f"{base.folder} vs {trained.folder}: {exc}") from None
     for warning in guard_report["warnings"]:

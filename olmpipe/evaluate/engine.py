@@ -24,7 +24,8 @@ writes to one run folder (``results/baseline/<model name>/`` for the base model,
 
 Resume: with ``eval_run.resume`` a run generates through the resume journal
 ``generations.journal.jsonl`` (:mod:`olmpipe.generate.journal`): earlier generations with the same
-settings, model and page images are kept, the rest is generated.
+settings, model and page images are kept, the rest is generated. A journal has one writer: a second
+job on the run folder stops at once, naming the first (:func:`olmpipe.records.generations.hold_journal`).
 """
 
 from __future__ import annotations
@@ -53,6 +54,8 @@ from olmpipe.records.files import file_sha256
 from olmpipe.records.generations import (
     GENERATIONS_NAME,
     GenerationRecord,
+    JournalInUseError,
+    hold_journal,
     write_generations,
 )
 from olmpipe.records.pages import read_page_index
@@ -88,16 +91,48 @@ class RunSummary:
     pipeline: dict[str, Any] | None = None
     #: the overall score under the short-answer guard (olmOCR-Bench's is ``overall``)
     overall_guarded: float | None = None
+    #: Eval pages the model was trained on ({"pdf", "page", "by"}), scored because
+    #: ``eval_run.on_trained_pages`` is ``flag`` (:func:`trained_eval_pages`); None: there were none.
+    trained_pages: list[dict[str, Any]] | None = None
 
     def to_json(self) -> dict[str, Any]:
-        """The ``summary.json`` object; ``pipeline`` only when the pipeline-compatible mode ran."""
+        """The ``summary.json`` object; ``pipeline`` only when the pipeline-compatible mode ran,
+        ``trained_pages`` only when eval pages the model trained on were scored."""
         data = asdict(self)
-        if data["pipeline"] is None:
-            del data["pipeline"]
+        for key in ("pipeline", "trained_pages"):
+            if data[key] is None:
+                del data[key]
         return data
 
 
 # ---------------------------------------------------------------- inputs
+
+
+def trained_eval_pages(model_path: str | Path, pages: Sequence[Mapping[str, Any]], on_trained_pages: str,
+                       pages_index: str | Path) -> list[dict[str, Any]] | None:
+    """The eval ``pages`` that ``model_path`` was trained on (its folder's record of trained pages:
+    :mod:`olmpipe.job.trained`): raises :class:`EvalRunError` naming them when ``on_trained_pages`` is
+    ``refuse``; with ``flag`` returns them ({"pdf", "page", "by"}, logged) to be flagged in the run's
+    summary, the comparison and the report. None when there are none (or the model records none)."""
+    from olmpipe.records.train import TRAINED_PAGES_NAME, trained_pages_of
+
+    if not Path(model_path).is_dir():
+        return None
+    trained = trained_pages_of(model_path, error=EvalRunError)
+    seen = sorted({(str(p["pdf"]), int(p["page"])) for p in pages} & set(trained))
+    if not seen:
+        return None
+    shown = ", ".join(f"{pdf} page {page} ({trained[(pdf, page)]})" for pdf, page in seen[:5])
+    what = (f"{len(seen)} of the {len(pages)} eval pages of {pages_index} are pages {model_path} was trained on "
+            f"({Path(model_path) / TRAINED_PAGES_NAME} lists them: {shown}{' ...' if len(seen) > 5 else ''}): its "
+            "scores there measure memory, not reading")
+    if on_trained_pages == "refuse":
+        raise EvalRunError(f"{what}. Evaluate on pages it was not trained on (bench.split as it was when it was "
+                           "trained, or a separate bench.eval_dir), or set eval_run.on_trained_pages: flag to score "
+                           "them anyway, flagged in the comparison and the report")
+    logger.warning("%s; scored anyway and flagged (eval_run.on_trained_pages: flag)", what)
+    return [{"pdf": pdf, "page": page, "by": trained[(pdf, page)]} for pdf, page in seen]
+
 
 
 def load_eval_tests(tests_dir: str | Path, pages: Sequence[Mapping[str, Any]]) -> list[Any]:
@@ -174,6 +209,7 @@ def summarize(
     model_seconds: float,
     overall: float | None,
     overall_guarded: float | None = None,
+    trained_pages: list[dict[str, Any]] | None = None,
 ) -> RunSummary:
     """Run statistics over all records (reused ones included); throughput over the generated ones."""
     n = len(records)
@@ -197,6 +233,7 @@ def summarize(
         overall=overall,
         pipeline=pipeline_counts(records),
         overall_guarded=overall_guarded,
+        trained_pages=trained_pages,
     )
 
 
@@ -225,10 +262,22 @@ def run_generation_and_scoring(
     ``generation.max_error_fraction`` of the generations failed in the backend (the journal is
     written first, so the next run retries only those).
     """
-    generation, stage = cfg["generation"], cfg["eval_run"]
-    settings = DecodingSettings.from_config(generation)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    try:
+        with hold_journal(out):  # one writer per run folder: a second job stops here, naming the first
+            return _generate_and_score(cfg, model_path, pages_index, tests_dir, out, threads, model_name=model_name,
+                                       backend=backend)
+    except JournalInUseError as exc:
+        raise EvalRunError(str(exc)) from None
+
+
+def _generate_and_score(cfg: Mapping[str, Any], model_path: str | Path, pages_index: str | Path,
+                        tests_dir: str | Path, out: Path, threads: int, *, model_name: str | None,
+                        backend: GenerationBackend | None) -> RunSummary:
+    """:func:`run_generation_and_scoring` while holding the run folder's journal."""
+    generation, stage = cfg["generation"], cfg["eval_run"]
+    settings = DecodingSettings.from_config(generation)
     name = model_name or cfg["model"]["name"]
 
     # the eval split of the page index ((pdf, page) pairs are unique), by pdf and page
@@ -238,6 +287,7 @@ def run_generation_and_scoring(
         pages = pages[: stage["max_pages"]]
     if not pages:
         raise EvalRunError(f"{pages_index}: no eval pages to score (check bench.split / bench.eval_dir)")
+    trained_pages = trained_eval_pages(model_path, pages, stage["on_trained_pages"], pages_index)
     tests = load_eval_tests(tests_dir, pages)
     for page in pages:
         if not Path(page["image"]).is_file():
@@ -280,6 +330,7 @@ def run_generation_and_scoring(
         model_seconds=run.model_seconds,
         overall=getattr(score, "overall", None),
         overall_guarded=(getattr(score, "guarded", None) or {}).get("overall"),
+        trained_pages=trained_pages,
     )
     write_summary(out, summary.to_json())
     logger.info(

@@ -73,11 +73,17 @@ def check_guards(
     baseline: Sequence[Generation],
     trained: Sequence[Generation],
     settings: GuardSettings,
+    *,
+    trained_on: Mapping[str, Iterable[tuple[str, int]]] | None = None,
 ) -> dict[str, Any]:
-    """Run every guard. ``tests`` are the per-test records of the comparison (with ``change``).
+    """Run every guard. ``tests`` are the per-test records of the comparison (with ``change``);
+    ``trained_on``: per run (``baseline``, ``trained``) the eval pages its model was trained on and
+    that were scored anyway (``eval_run.on_trained_pages: flag``).
 
     Returns a JSON-ready dict: ``pages`` (one record per page), ``length``, ``gains``,
-    ``became_empty``, ``lost_front_matter``, ``eos`` and ``warnings`` (human-readable strings).
+    ``became_empty``, ``lost_front_matter``, ``eos`` and ``warnings`` (human-readable strings); with
+    trained-on pages also ``trained_pages`` ({run: [{pdf, page}]}), ``trained_on`` (the runs) on each
+    such page and a warning.
     Raises ValueError when the two runs did not generate the same pages and repeats.
     """
     b_idx, t_idx = _index(baseline, "baseline"), _index(trained, "trained")
@@ -146,8 +152,16 @@ def check_guards(
         )
     if b_eos is not None and t_eos is not None and b_eos - t_eos > settings.eos_drop_warn:
         warnings.append(f"EOS rate fell from {100 * b_eos:.0f}% to {100 * t_eos:.0f}%")
+    flagged = {run: sorted(set(pages_of)) for run, pages_of in (trained_on or {}).items() if pages_of}
+    for record in pages:
+        runs = [run for run, seen in flagged.items() if (record["pdf"], record["page"]) in set(seen)]
+        if runs:
+            record["trained_on"] = runs
+    for run, seen in flagged.items():
+        warnings.append(f"{len(seen)} eval page(s) are pages the {run} model was trained on "
+                        "(eval_run.on_trained_pages: flag): their scores measure memory, not reading")
 
-    return {
+    report = {
         "pages": pages,
         "length": {
             "baseline_mean_chars": statistics.fmean(len(g.text) for g in baseline) if baseline else 0.0,
@@ -175,3 +189,7 @@ def check_guards(
         },
         "warnings": warnings,
     }
+    if flagged:
+        report["trained_pages"] = {run: [{"pdf": pdf, "page": page} for pdf, page in seen]
+                                   for run, seen in flagged.items()}
+    return report

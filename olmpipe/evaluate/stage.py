@@ -20,6 +20,7 @@ Two steps:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import sys
 from collections.abc import Mapping
@@ -118,6 +119,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--table", metavar="JSON", help="only print the console table of a comparison file")
     parser.add_argument("--name", help="name of the generated model in its records (default: <model.name>+grpo)")
+    parser.add_argument("--exit-with-job", action="store_true",
+                        help="stop (exit 75; the journal keeps every finished generation) when the process that "
+                             "started this one is gone, e.g. Snakemake killed (the workflow passes it)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
@@ -138,10 +142,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if not args.compare_only:
             from olmpipe.evaluate.engine import run_logged
+            from olmpipe.procs import exit_with_job
 
-            code = run_logged(
-                cfg, args.model, args.pages, args.tests, out_dir, args.threads, model_name=args.name or trained_name(cfg)
-            )
+            with exit_with_job("generation job") if args.exit_with_job else contextlib.nullcontext():
+                code = run_logged(cfg, args.model, args.pages, args.tests, out_dir, args.threads,
+                                  model_name=args.name or trained_name(cfg))
             if code:
                 return code
             if args.generate_only:

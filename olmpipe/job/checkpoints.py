@@ -20,6 +20,13 @@ stopped half-way is never taken for complete (:class:`olmpipe.job.callbacks.RunS
 (:func:`rotate`, in place of transformers' own, which ran before ``olmpipe_run.json`` existed and
 could delete the last complete checkpoint in favour of one whose save then failed).
 
+A complete checkpoint can still hold weights that are not finite (a NaN step saved before the health
+check stopped the run, or a file changed since): restored, they fail later, e.g. in generation with
+"probability tensor contains inf/nan". When a job decides where to go on,
+:func:`complete_checkpoints` with ``values`` reads the weights a resume restores of the newest
+checkpoints (:func:`nonfinite`: the adapter, the model's weights, DeepSpeed's float32 masters) and
+skips one that is not finite like a damaged one, naming the tensor, until one is.
+
 Checkpoints written before this marker existed have ``olmpipe_run.json`` too (it was written in the
 same callback, after transformers' files), so they stay resumable; those written before the file
 list (``files``) are checked for their weights and readability only.
@@ -194,12 +201,14 @@ def problem(folder: str | Path, *, require_marker: bool = True) -> str | None:
     return None
 
 
-def complete_checkpoints(run_dir: str | Path, *, warn: bool = True) -> list[Path]:
+def complete_checkpoints(run_dir: str | Path, *, warn: bool = True, values: bool = False) -> list[Path]:
     """The complete checkpoint folders of ``run_dir`` (see :func:`problem`), oldest step first.
 
     Every other ``checkpoint-<step>`` folder is left where it is and, with ``warn``, named in a
     warning with the reason (a resume then continues from the one before it; when the run reaches
-    that step again, transformers writes the folder anew).
+    that step again, transformers writes the folder anew). With ``values`` the newest ones are also
+    read (:func:`nonfinite`), newest first until one holds finite weights, and those that do not are
+    left out the same way (with ``warn``, named); the older ones are not read.
     """
     found = []
     for path in Path(run_dir).glob(f"{PREFIX}*"):
@@ -212,7 +221,110 @@ def complete_checkpoints(run_dir: str | Path, *, warn: bool = True) -> list[Path
         elif warn:
             logger.warning("skipping checkpoint %s: %s; a resume continues from the complete checkpoint "
                            "before it", path, reason)
-    return [p for _, p in sorted(found)]
+    complete = [p for _, p in sorted(found)]
+    while values and complete:
+        reason = nonfinite(complete[-1])
+        if reason is None:
+            break
+        if warn:
+            logger.warning("skipping checkpoint %s: %s; a resume continues from the complete checkpoint before it",
+                           complete[-1], reason)
+        complete.pop()
+    return complete
+
+
+def _tensors(value: Any, where: str = "") -> Any:
+    """(dotted path, tensor) of every tensor in a nested dict/list/tuple, as torch.load returns them."""
+    import torch
+
+    stack = [(where, value)]
+    while stack:
+        path, item = stack.pop()
+        if isinstance(item, torch.Tensor):
+            yield path, item
+        elif isinstance(item, Mapping):
+            stack.extend((f"{path}.{k}" if path else str(k), v) for k, v in reversed(list(item.items())))
+        elif isinstance(item, (list, tuple)):
+            stack.extend((f"{path}.{i}" if path else str(i), v) for i, v in reversed(list(enumerate(item))))
+
+
+def _bad_values(name: str, tensor: Any) -> str | None:
+    """``NaN``/``inf`` in ``tensor`` (a floating one), as '<what> in <name> (<n> of <total> values)'."""
+    import torch
+
+    if not (tensor.is_floating_point() or tensor.is_complex()) or tensor.numel() == 0:
+        return None
+    finite = torch.isfinite(tensor)
+    if bool(finite.all()):
+        return None
+    bad = int((~finite).sum())
+    what = "NaN" if bool(torch.isnan(tensor).any()) else "inf"
+    return f"{what} in {name} ({bad} of {tensor.numel()} values)"
+
+
+def _file_values(path: Path) -> str | None:
+    """Why the tensors of one weights file are not all finite (None: they are, or it is no tensor file)."""
+    import torch
+
+    if path.suffix == ".safetensors":
+        from safetensors import safe_open
+
+        with safe_open(str(path), framework="pt") as fh:
+            for name in fh.keys():  # noqa: SIM118 - safe_open is not a dict
+                reason = _bad_values(name, fh.get_tensor(name))  # one tensor in memory at a time
+                if reason is not None:
+                    return reason
+        return None
+    try:  # DeepSpeed's states hold its own objects (a loss scaler): its resume unpickles them the same way
+        state = torch.load(path, map_location="cpu", mmap=True, weights_only=False)
+    except Exception as exc:  # noqa: BLE001 - e.g. deepspeed not installed here: the values cannot be read
+        logger.info("values of %s not checked: %s: %s", path, type(exc).__name__, exc)
+        return None
+    for name, tensor in _tensors(state):
+        reason = _bad_values(name, tensor)
+        if reason is not None:
+            return reason
+    return None
+
+
+def _value_files(folder: Path) -> list[Path]:
+    """The files of ``folder`` holding the weights a resume restores: a LoRA adapter, the model's weights
+    (every shard), a DeepSpeed state's files (the float32 masters, the tag ``latest`` names)."""
+    adapter = [folder / name for name in ADAPTER_WEIGHTS if (folder / name).is_file()]
+    if adapter:
+        return adapter
+    files = [folder / name for name in MODEL_WEIGHTS if (folder / name).is_file()]
+    for index in MODEL_INDEXES:
+        if (folder / index).is_file():
+            shards = json.loads((folder / index).read_text(encoding="utf-8"))["weight_map"].values()
+            files += [folder / shard for shard in sorted(set(shards))]
+    latest = folder / "latest"
+    tags = [latest.read_text(encoding="utf-8").strip()] if latest.is_file() else sorted(
+        p.name for p in folder.iterdir() if p.is_dir() and p.name.startswith("global_step"))
+    for tag in tags:
+        if (folder / tag).is_dir():
+            files += sorted(p for p in (folder / tag).iterdir() if p.suffix in _TORCH_SUFFIXES and p.is_file())
+    return files
+
+
+def nonfinite(folder: str | Path) -> str | None:
+    """Where the weights a resume restores from the checkpoint ``folder`` hold NaN or inf, as
+    '<file> holds NaN in <tensor> (<n> of <total> values)'; None when they are all finite.
+
+    Reads the adapter of a LoRA run, else the model's weights (the float32 masters outside DeepSpeed)
+    and a DeepSpeed state's files (its float32 masters and moments), one tensor at a time (FSDP's
+    distributed shards are not read). Costs a read of those files: called for the checkpoint a job
+    goes on from, not when a checkpoint is listed.
+    """
+    folder = Path(folder)
+    try:
+        for path in _value_files(folder):
+            reason = _file_values(path)
+            if reason is not None:
+                return f"{path.relative_to(folder).as_posix()} holds {reason}"
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        return f"its weights cannot be read ({type(exc).__name__}: {exc})"
+    return None
 
 
 def checkpoint_step(checkpoint: str | Path) -> int:

@@ -40,7 +40,7 @@ from olmpipe.models.folder import describe, missing_files
 from olmpipe.records.files import atomic_write, publish_dir, staging_dir, staging_path, write_json
 from olmpipe.records.metrics import final_metrics_path
 from olmpipe.records.models import TRAIN_INFO_NAME
-from olmpipe.records.train import KEPT_STATE_NAME
+from olmpipe.records.train import KEPT_STATE_NAME, TRAINED_PAGES_NAME
 
 logger = logging.getLogger(__name__)
 
@@ -125,7 +125,8 @@ def write_final(save_weights: Callable[[Path], None], processor: Any, final_dir:
     """Write the final model folder atomically (a half-written folder never carries the final name).
 
     Every rank calls ``save_weights`` into the staging folder (collective under ZeRO/FSDP); the main
-    process adds the processor and ``olmpipe_train.json`` (``info``), publishes the folder, keeps its
+    process adds the processor, ``olmpipe_train.json`` (``info``) and the run's record of trained pages
+    (:mod:`olmpipe.job.trained`), publishes the folder, keeps its
     copy with ``state`` (:func:`keep`), then writes a copy of the run's ``metrics`` file (empty when
     nothing was logged) beside it (:func:`olmpipe.records.metrics.final_metrics_path`): the workflow
     declares that copy as an output, while the live file beside the checkpoints stays undeclared so
@@ -142,6 +143,9 @@ def write_final(save_weights: Callable[[Path], None], processor: Any, final_dir:
             publish_expert_layout(tmp)  # Qwen3-VL-MoE experts in the layout vLLM reads (no-op when dense)
             processor.save_pretrained(str(tmp))
             write_json(tmp / TRAIN_INFO_NAME, dict(info))
+            record = Path(run_dir) / TRAINED_PAGES_NAME  # the pages these weights trained on (olmpipe.job.trained)
+            if record.is_file():
+                shutil.copy2(record, tmp / TRAINED_PAGES_NAME)
             publish_dir(tmp, final_dir)
     except BaseException:
         if is_main:  # no half-written staging folder stays behind (a rerun makes a fresh one anyway)

@@ -51,6 +51,25 @@ logger = logging.getLogger(__name__)
 ADAPTER_DIR = ADAPTER_NAME
 
 
+#: The largest scale of the adapter's update olmpipe trains with: LoRA adds ``alpha / r x B A x``
+#: (``alpha / sqrt(r)`` with rsLoRA) to a layer's output; the usual ``alpha`` of ``r`` to ``2 r`` scales it
+#: by 1 or 2, rsLoRA's by a few. A scale far above this makes the first optimizer step (each entry of
+#: ``B`` moves by about the learning rate) outweigh the layer itself, and one above float32's range
+#: (``alpha: 1e300``) is infinite: NaN at the first forward pass.
+MAX_LORA_SCALE = 1024.0
+
+
+def lora_scale(peft_cfg: Mapping[str, Any]) -> float:
+    """The factor LoRA scales its update by: ``alpha / r``, or ``alpha / sqrt(r)`` with ``rslora``
+    (PEFT 0.21 ``tuners/lora/layer.py`` ``update_layer``).
+
+    >>> lora_scale({"alpha": 64, "r": 32, "rslora": False}), lora_scale({"alpha": 16, "r": 64, "rslora": True})
+    (2.0, 2.0)
+    """
+    r = float(peft_cfg["r"])
+    return float(peft_cfg["alpha"]) / (r**0.5 if peft_cfg["rslora"] else r)
+
+
 class PeftSetupError(JobSetupError):
     """A ``train.peft`` setting this machine or this combination of settings cannot train."""
 
@@ -141,10 +160,31 @@ def lora_config(peft_cfg: Mapping[str, Any], model_type: str):
 
 
 def setup_problem(peft_cfg: Mapping[str, Any], device: str, knobs: Mapping[str, Any]) -> str | None:
-    """Why ``train.peft`` cannot train on ``device`` with these GRPO knobs: QLoRA on the CPU or with
-    vLLM rollouts (None: it can). Also checked before a job is submitted (:mod:`olmpipe.job.preflight`)."""
+    """Why ``train.peft`` cannot train on ``device`` with these GRPO knobs: an update scale above
+    :data:`MAX_LORA_SCALE`, QLoRA on the CPU or with vLLM rollouts, adapter dropout that TRL's
+    ``disable_dropout`` would switch off (None: it can).
+    Also checked before a job is submitted (:mod:`olmpipe.job.preflight`)."""
+    if not peft_cfg["enabled"]:
+        return None
+    scale = lora_scale(peft_cfg)
+    if not scale <= MAX_LORA_SCALE:
+        how = "alpha / sqrt(r) (train.peft.rslora)" if peft_cfg["rslora"] else "alpha / r"
+        return (f"train.peft.alpha: {peft_cfg['alpha']:g} scales the adapter's update by {how} = {scale:.3g} "
+                f"(train.peft.r: {peft_cfg['r']}), more than olmpipe trains with ({MAX_LORA_SCALE:g}): the first "
+                "step would outweigh the layers it adapts"
+                + (", and the scale overflows float32 (NaN at the first forward pass)" if scale > 3.4e38 else "")
+                + f". LoRA's usual alpha is r to 2 r (a scale of 1 or 2); set train.peft.alpha to at most "
+                f"{MAX_LORA_SCALE * (float(peft_cfg['r']) ** 0.5 if peft_cfg['rslora'] else float(peft_cfg['r'])):g}.")
+    if float(peft_cfg["dropout"]) > 0 and knobs.get("disable_dropout"):
+        # TRL sets p = 0 on every nn.Dropout after PEFT wrapped the model (trl/trainer/utils.py:194-197,
+        # grpo_trainer.py:1006), LoRA's lora_dropout included: the setting would do nothing, silently
+        return (f"train.peft.dropout: {peft_cfg['dropout']:g} asks for dropout on the adapter's input, but "
+                "train.grpo.disable_dropout: true makes TRL set every dropout of the model to 0, the adapter's "
+                "included (trl/trainer/utils.py:194-197), so it would train without any. Set train.peft.dropout: 0 "
+                "(log-probabilities of a completion then agree in every forward pass), or "
+                "train.grpo.disable_dropout: false to train with dropout (the model's own too).")
     quant = peft_cfg["quantization"]
-    if not peft_cfg["enabled"] or quant == "none":
+    if quant == "none":
         return None
     if device != "cuda":
         return (f"train.peft.quantization: {quant} (QLoRA) needs a CUDA GPU: bitsandbytes' quantized layers do not "

@@ -78,7 +78,7 @@ def device_problems(cfg: Mapping[str, Any], device: str, kind: JobKind = GRPO) -
 
 
 @functools.lru_cache(maxsize=8)
-def _modules(config_file: str, mtime_ns: int) -> tuple[str, tuple[tuple[str, str], ...]]:
+def _modules(config_file: str, mtime_ns: int) -> tuple[str, tuple[tuple[str, str, int, int], ...]]:
     import torch
     import transformers
 
@@ -89,12 +89,21 @@ def _modules(config_file: str, mtime_ns: int) -> tuple[str, tuple[tuple[str, str
     config = transformers.AutoConfig.from_pretrained(str(folder))
     with torch.device("meta"):  # no weights, no memory: only the module tree
         model = getattr(transformers, arch.model_class)(config)
-    return arch.key, tuple((name, type(m).__name__) for name, m in model.named_modules() if name)
+    # (name, class, in, out features: 0 for modules without them) of every module
+    return arch.key, tuple((name, type(m).__name__, int(getattr(m, "in_features", 0) or 0),
+                            int(getattr(m, "out_features", 0) or 0)) for name, m in model.named_modules() if name)
 
 
 def model_modules(model: str | Path) -> tuple[str, dict[str, str]] | None:
-    """``(model_type, module name -> class name)`` of the model ``model`` (a folder, or a hub id in the
-    local Hugging Face cache), as the live model names them: the class :mod:`olmpipe.models.load` loads
+    """``(model_type, module name -> class name)`` of the model folder ``model`` (see :func:`module_shapes`)."""
+    found = module_shapes(model)
+    return None if found is None else (found[0], {name: kind for name, (kind, _, _) in found[1].items()})
+
+
+def module_shapes(model: str | Path) -> tuple[str, dict[str, tuple[str, int, int]]] | None:
+    """``(model_type, module name -> (class name, in features, out features))`` of the model ``model``
+    (a folder, or a hub id in the local Hugging Face cache; 0 features for modules without them), as the
+    live model names them: the class :mod:`olmpipe.models.load` loads
     (:mod:`olmpipe.models.architectures`), built on the meta device from its ``config.json``. None when
     there is no config yet, or its architecture is unsupported (the config check names that)."""
     from olmpipe.models.architectures import ModelConfigError, UnsupportedArchitectureError, model_config
@@ -110,7 +119,7 @@ def model_modules(model: str | Path) -> tuple[str, dict[str, str]] | None:
         model_type, names = _modules(str(config_file), config_file.stat().st_mtime_ns)
     except UnsupportedArchitectureError:
         return None
-    return model_type, dict(names)
+    return model_type, {name: (kind, fan_in, fan_out) for name, kind, fan_in, fan_out in names}
 
 
 def _layers(names: Mapping[str, str], prefix: str) -> str:
@@ -134,12 +143,13 @@ def module_problems(peft_cfg: Mapping[str, Any], model: str | Path) -> list[str]
 
     if not peft_cfg["enabled"]:
         return []
-    found = model_modules(model)
+    found = module_shapes(model)
     if found is None:
         logger.info("train.peft module names not checked yet: %s has no config.json (checked when the job starts)",
                     model)
         return []
-    model_type, names = found
+    model_type, shapes = found
+    names = {name: kind for name, (kind, _, _) in shapes.items()}
     try:
         parts = model_parts(model_type)
     except PeftSetupError as exc:
@@ -148,19 +158,30 @@ def module_problems(peft_cfg: Mapping[str, Any], model: str | Path) -> list[str]
     if peft_cfg["vision"]:
         groups.append(("vision_target_modules", parts.vision, "vision tower"))
     problems = []
+    adapted: list[tuple[int, str, str, int, int]] = []  # (min(in, out), leaf, part, in, out) of every adapted layer
     for key, prefix, part in groups:
-        for name in peft_cfg[key]:
+        # vision_target_modules: null adapts the architecture's vision linears (olmpipe.job.peft.target_modules)
+        given = peft_cfg[key] if peft_cfg[key] is not None else parts.vision_linears
+        for name in given:
             pattern = re.compile(module_pattern(prefix, [name]))
             matched = {n: kind for n, kind in names.items() if pattern.fullmatch(n)}
             if not matched:
                 problems.append(f"train.peft.{key}: {name!r} names no module of the {part} ({prefix}) of {model} "
                                 f"({model_type}); its layers LoRA can adapt: {_layers(names, prefix)}")
                 continue
+            adapted += [(min(shapes[n][1:]), n.rsplit(".", 1)[-1], part, *shapes[n][1:]) for n in matched
+                        if min(shapes[n][1:]) > 0]
             other = sorted({kind for kind in matched.values() if kind not in LORA_LAYERS})
             if other:
                 problems.append(f"train.peft.{key}: {name!r} names {', '.join(other)} modules of the {part} of "
                                 f"{model}, which LoRA cannot adapt (linear, embedding and convolution layers only); "
                                 f"name the layers inside them: {_layers(names, prefix)}")
+    if adapted and int(peft_cfg["r"]) > min(adapted)[0]:
+        width, leaf, part, fan_in, fan_out = min(adapted)
+        problems.append(f"train.peft.r: {peft_cfg['r']} is larger than the smallest layer it adapts: {leaf} of the "
+                        f"{part} of {model} is {fan_in} x {fan_out} (in x out features), and LoRA's update B A "
+                        f"has rank min(in, out) at most, so a larger r adds r x (in + out) parameters per layer "
+                        f"and no capacity; set train.peft.r to {width} or less (or leave {leaf} out of the targets)")
     for name in peft_cfg["modules_to_save"]:
         if not any(n.endswith(name) for n in names):
             leaves = sorted({n.rsplit(".", 1)[-1] for n, kind in names.items() if n.count(".") <= 2

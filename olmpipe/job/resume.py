@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from olmpipe.job.checkpoints import RUN_STATE_FILE, checkpoint_step, complete_checkpoints, problem
+from olmpipe.job.checkpoints import RUN_STATE_FILE, checkpoint_step, complete_checkpoints, nonfinite, problem
 from olmpipe.job.kinds import GRPO, JobKind
 from olmpipe.records.train import LOCK_NAME
 
@@ -250,9 +250,10 @@ def changed_keys(stored: Mapping[str, Any], current: Mapping[str, Any], *, ignor
 
 
 def checkpoints(run_dir: str | Path) -> list[Path]:
-    """The run's complete checkpoint folders, oldest step first; incomplete or unreadable ones are
-    named in a warning (:func:`olmpipe.job.checkpoints.complete_checkpoints`)."""
-    return complete_checkpoints(run_dir)
+    """The run's complete checkpoint folders, oldest step first; incomplete or unreadable ones, and
+    the newest ones whose weights are not finite, are named in a warning
+    (:func:`olmpipe.job.checkpoints.complete_checkpoints`)."""
+    return complete_checkpoints(run_dir, values=True)
 
 
 def _stored(checkpoint: Path) -> dict[str, Any]:
@@ -264,12 +265,14 @@ def _has_old_files(run_dir: Path) -> bool:
     return run_dir.is_dir() and any(p.name != LOCK_NAME for p in run_dir.iterdir())
 
 
-def last_state(run_dir: str | Path, *, warn: bool = True) -> LastState | None:
+def last_state(run_dir: str | Path, *, warn: bool = True, values: bool = False) -> LastState | None:
     """The state a resume goes on from (:class:`LastState`), None for a run with neither checkpoint
-    nor kept final model. On a tie the checkpoint wins (it can also be trained on)."""
+    nor kept final model. On a tie the checkpoint wins (it can also be trained on). ``values``: skip
+    the newest checkpoints whose weights are not finite (:func:`olmpipe.job.checkpoints.nonfinite`;
+    the job does, the workflow's plan-time check does not read weights)."""
     from olmpipe.job.final import read_kept
 
-    found = complete_checkpoints(run_dir, warn=warn)
+    found = complete_checkpoints(run_dir, warn=warn, values=values)
     newest = LastState(found[-1], checkpoint_step(found[-1]), _stored(found[-1])) if found else None
     kept = read_kept(run_dir)
     if kept is not None and (newest is None or kept.step > newest.step):
@@ -345,11 +348,12 @@ def decide(resume: str, run_dir: str | Path, settings: Mapping[str, Any], *,
     if resume not in ("auto", "continue"):
         path = Path(resume)
         reason = problem(path, require_marker=False)
+        reason = reason if reason is not None else nonfinite(path)
         if reason is not None:
             raise FileNotFoundError(f"{section_of(settings)}.resume: {path} is not a checkpoint to continue from "
                                     f"({reason})")
         return ResumeDecision(path)
-    state = last_state(run_dir)
+    state = last_state(run_dir, values=True)
     if state is None:
         return ResumeDecision(None)
     if "settings" in state.stored and not any(k.startswith(f"{TRAINING_SET}.") for k in state.stored["settings"]):

@@ -124,12 +124,22 @@ def _from_training_set(steps: TrainerSteps, setup: JobSetup, flag: SignalFlag) -
 
 def _begin_run_folder(setup: JobSetup, start: JobResume, data: TrainingSet) -> None:
     """The run folder as a run from ``start`` continues it: the metrics of steps after its checkpoint
-    dropped (no duplicates across resumes), the training set's summary written."""
+    dropped (no duplicates across resumes), the training set's summary written and its pages added to
+    the record of trained pages (:mod:`olmpipe.job.trained`)."""
+    from olmpipe.job.trained import record_trained_pages, training_set_pages
+    from olmpipe.records.pages import read_page_index
+
     if start.checkpoint is not None:
         logger.info("resuming from %s (step %d)", start.checkpoint, start.step)
     if rank() == 0:
         truncate_metrics(setup.run_dir, start.step)
         write_json(setup.run_dir / DATASET_NAME, dict(data.summary))
+        try:  # a page index's eval split (SFT's training set is a pairs file: nothing to warn about)
+            evals = [(str(r["pdf"]), int(r["page"])) for r in read_page_index(setup.request.pages, split="eval")]
+        except ValueError:
+            evals = []
+        record_trained_pages(setup.run_dir, setup.model_path, training_set_pages(data), step=start.step,
+                             eval_pages=evals)
 
 
 def _build(steps: TrainerSteps, setup: JobSetup, loaded: LoadedModel, data: TrainingSet, prepared: Prepared,

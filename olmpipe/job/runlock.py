@@ -21,20 +21,14 @@ model into it.
 from __future__ import annotations
 
 import contextlib
-import fcntl
-import json
 import logging
 import os
-import signal
-import socket
-import threading
-import time
 from collections.abc import Iterator
-from itertools import pairwise
 from pathlib import Path
 from typing import Self
 
-from olmpipe.procs import parent_of
+from olmpipe.procs import HolderLock, LockedError
+from olmpipe.procs import ParentWatch as _ParentWatch
 from olmpipe.records.train import LOCK_NAME
 
 logger = logging.getLogger(__name__)
@@ -47,7 +41,8 @@ class RunLockedError(RuntimeError):
 
 
 class RunLock:
-    """Exclusive lock on a run folder, held until :meth:`release` or process exit.
+    """Exclusive lock on a run folder (:class:`olmpipe.procs.HolderLock` on ``.olmpipe.lock``), held
+    until :meth:`release` or process exit.
 
     >>> import tempfile
     >>> with RunLock(tempfile.mkdtemp()) as lock:
@@ -57,42 +52,25 @@ class RunLock:
 
     def __init__(self, run_dir: str | Path):
         self.path = Path(run_dir) / LOCK_FILE
-        self._fd: int | None = None
+        self._lock = HolderLock(self.path)
 
     @property
     def held(self) -> bool:
-        return self._fd is not None
+        return self._lock.held
 
     def acquire(self) -> RunLock:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.read(fd, 4096).decode("utf-8", "replace").strip()
-            os.close(fd)
-            try:
-                info = json.loads(holder)
-                who = f"pid {info['pid']} on {info['host']}, started {info['started']}"
-            except (ValueError, KeyError, TypeError):
-                who = "another process"
+            self._lock.acquire()
+        except LockedError as exc:
             raise RunLockedError(
-                f"{self.path.parent} is in use by another trainer ({who}); stop that trainer first "
+                f"{self.path.parent} is in use by another trainer ({exc.who}); stop that trainer first "
                 "(it checkpoints and exits on SIGTERM) -- two trainers on one run folder would overwrite "
                 "each other's checkpoints"
             ) from None
-        os.ftruncate(fd, 0)
-        stamp = {"pid": os.getpid(), "host": socket.gethostname(),
-                 "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-        os.write(fd, (json.dumps(stamp) + "\n").encode())
-        self._fd = fd
         return self
 
     def release(self) -> None:
-        if self._fd is not None:
-            fcntl.flock(self._fd, fcntl.LOCK_UN)
-            os.close(self._fd)
-            self._fd = None
+        self._lock.release()
 
     def __enter__(self) -> Self:
         return self.acquire()
@@ -101,57 +79,17 @@ class RunLock:
         self.release()
 
 
-class ParentWatch:
-    """SIGTERM to this process when its job is gone (the watched ancestor was re-parented).
-
-    ``levels``: 1 watches the parent (a trainer started directly by the job); 2 also watches the
-    parent's parent (a rank under a launcher whose parent is the job). Checked every
-    ``interval_s`` seconds in a daemon thread.
-    """
+class ParentWatch(_ParentWatch):
+    """:class:`olmpipe.procs.ParentWatch` of a trainer: its SIGTERM makes the run checkpoint after the
+    current step and exit 75 (:class:`olmpipe.job.callbacks.SignalFlag`)."""
 
     def __init__(self, levels: int = 1, interval_s: float = 2.0):
-        self.interval_s = interval_s
-        chain = [os.getpid()]
-        for _ in range(levels):
-            parent = parent_of(chain[-1])
-            if parent is None or parent <= 1:
-                break
-            chain.append(parent)
-        # (child, its parent at start) pairs: the job is gone when a child's parent changes.
-        self._pairs = list(pairwise(chain))
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self.fired = False
+        super().__init__(levels, interval_s, what="trainer", then="stopping (checkpoint, then exit)")
 
     @classmethod
     def for_this_process(cls, interval_s: float = 2.0) -> ParentWatch:
         """Watch one level, or two under a distributed launcher (``LOCAL_RANK`` set)."""
         return cls(levels=2 if "LOCAL_RANK" in os.environ else 1, interval_s=interval_s)
-
-    def orphaned(self) -> bool:
-        """True when a watched process has a new parent (or is gone)."""
-        for child, parent in self._pairs:
-            now = os.getppid() if child == os.getpid() else parent_of(child)
-            if now != parent:
-                return True
-        return False
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.interval_s):
-            if self.orphaned():
-                self.fired = True
-                logger.warning("the job that started this trainer is gone: stopping (checkpoint, then exit)")
-                os.kill(os.getpid(), signal.SIGTERM)
-                return
-
-    def start(self) -> ParentWatch:
-        if self._pairs and self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="olmpipe-parent-watch", daemon=True)
-            self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
 
 
 @contextlib.contextmanager

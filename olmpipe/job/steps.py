@@ -31,13 +31,16 @@ class TrainingSet:
 
     ``dataset``/``eval_dataset``: the datasets given to the trainer (eval: None unless evaluation
     during training is on); ``summary``: written to ``dataset.json`` and recorded with the model;
-    ``identity``: what a resume compares (:func:`olmpipe.job.data.training_set_id`).
+    ``identity``: what a resume compares (:func:`olmpipe.job.data.training_set_id`); ``pages``: the
+    bench pages (pdf, page) of its examples, recorded as the pages the run trained on
+    (:mod:`olmpipe.job.trained`; empty: the dataset's ``pdf``/``page`` columns, if any).
     """
 
     dataset: Any
     eval_dataset: Any
     summary: Mapping[str, Any]
     identity: Mapping[str, Any]
+    pages: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass

@@ -43,7 +43,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from olmpipe.layout import HUB_MODEL_DIR
+from olmpipe.layout import HUB_MODEL_DIR, revision_problem
 from olmpipe.models.folder import describe, download_command, missing_files, safetensors_problem
 from olmpipe.records.files import publish_dir, staging_dir, write_json
 from olmpipe.records.models import HUB_MODEL_INFO_NAME
@@ -195,6 +195,9 @@ def download(repo_id: str, revision: str, out_dir: str | Path) -> dict[str, Any]
     shard, no tokenizer, processor settings or chat template) is refused with
     :class:`ModelDownloadError`, and nothing is published.
     """
+    problem = revision_problem(revision)
+    if problem is not None:
+        raise ModelDownloadError(f"--revision {revision!r} is not a git branch, tag or commit: it {problem}")
     out_dir = Path(out_dir)
     done = _published(repo_id, revision, out_dir)
     if done is not None:

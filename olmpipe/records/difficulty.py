@@ -5,7 +5,8 @@ being trained and scores them with the trainer's rewards. It writes, under ``res
 
 - ``stats.jsonl``: one :class:`PageDifficulty` per sampled page (the k total rewards, their mean and
   spread, the pass rate of each test, all-pass / all-fail);
-- ``summary.json``: what the sampling run did (:func:`write_summary`).
+- ``summary.json``: what the sampling run did (:func:`write_summary`), with the pages it sampled
+  (:data:`SAMPLED_PAGES_KEY`), which the filter holds ``stats.jsonl`` to.
 
 The filter (``train.difficulty.enabled``) reads the statistics and writes the training page index
 without the pages GRPO cannot learn from, ``dropped.jsonl`` (one :class:`DroppedPage` per page left
@@ -35,7 +36,11 @@ REASON_ZERO_SPREAD = "zero_spread"
 REASON_LOW_SPREAD = "low_spread"
 REASON_PASS_RATE_LOW = "pass_rate_below_min"
 REASON_PASS_RATE_HIGH = "pass_rate_above_max"
-REASONS = (REASON_ZERO_SPREAD, REASON_LOW_SPREAD, REASON_PASS_RATE_LOW, REASON_PASS_RATE_HIGH)
+#: A train page the sampling run did not sample: no tests after the reward filters (the trainer skips it too).
+REASON_NOT_SAMPLED = "not_sampled"
+REASONS = (REASON_ZERO_SPREAD, REASON_LOW_SPREAD, REASON_PASS_RATE_LOW, REASON_PASS_RATE_HIGH, REASON_NOT_SAMPLED)
+#: The key of ``summary.json`` listing the pages the sampling run sampled and scored ({"pdf", "page"} each).
+SAMPLED_PAGES_KEY = "sampled_pages"
 
 
 @dataclass

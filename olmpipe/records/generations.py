@@ -4,21 +4,26 @@ A run folder (``results/baseline/<model>/``, ``results/evaluate/<model>/``) hold
 :class:`GenerationRecord` per (pdf, page, repeat). The generate-and-score engine
 (:mod:`olmpipe.evaluate.engine`) appends finished records to ``generations.journal.jsonl`` as they come
 and writes ``generations.jsonl`` in one piece at the end; the comparison, the report and notebooks
-read it back.
+read it back. A journal has one writer: :func:`hold_journal` (``.generations.journal.lock`` beside it,
+naming the holder's pid, host and start time).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import contextlib
+from collections.abc import Iterable, Iterator
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from olmpipe.procs import HolderLock, LockedError
 from olmpipe.records.files import append_jsonl, iter_jsonl, write_jsonl
 
 GENERATIONS_NAME = "generations.jsonl"
 #: The append-only resume journal beside it (not a Snakemake output: see olmpipe.evaluate.engine).
 JOURNAL_NAME = "generations.journal.jsonl"
+#: The journal's lock beside it (:func:`hold_journal`): one writer per journal.
+JOURNAL_LOCK_NAME = ".generations.journal.lock"
 #: The fields every reader of ``generations.jsonl`` needs.
 GENERATION_KEYS = ("pdf", "page", "repeat", "text")
 
@@ -102,3 +107,29 @@ def read_generations(path: str | Path, *, error: type[Exception] = ValueError) -
             raise error(f"{path}:{lineno}: generation lacks key(s) {', '.join(missing)}")
         rows.append(record)
     return rows
+
+
+class JournalInUseError(RuntimeError):
+    """Another job writes the run folder's journal; the message names it (pid, host, start time)."""
+
+
+@contextlib.contextmanager
+def hold_journal(folder: str | Path) -> Iterator[Path]:
+    """Hold the one-writer lock of ``folder``'s journal (:data:`JOURNAL_LOCK_NAME`, an
+    :class:`olmpipe.procs.HolderLock`) for a job's whole run; yields the journal's path. A second job
+    on the folder (a ``--rerun-incomplete`` while the first still runs) stops at once with
+    :class:`JournalInUseError` naming the first, before it reads or writes anything: two writers would
+    generate the same pages twice and interleave their lines."""
+    folder = Path(folder)
+    journal = folder / JOURNAL_NAME
+    try:
+        lock = HolderLock(folder / JOURNAL_LOCK_NAME).acquire()
+    except LockedError as exc:
+        raise JournalInUseError(
+            f"{journal} is being written by another job ({exc.who}); stop that job first (a generation job "
+            "stops when its Snakemake is gone) or wait for it: two writers would generate the same pages twice"
+        ) from None
+    try:
+        yield journal
+    finally:
+        lock.release()

@@ -240,6 +240,9 @@ def _guards_section(guards: Mapping[str, Any]) -> str:
         ("failed generations",
          f"{eos['baseline_failed']} &rarr; {eos['trained_failed']} of {eos['generations']}"),
     ]  # fmt: skip
+    for run, seen in (guards.get("trained_pages") or {}).items():  # eval_run.on_trained_pages: flag
+        rows.append((f"eval pages the {escape(run)} model was trained on (scored, flagged)",
+                     ", ".join(f"{escape(p['pdf'])} p{p['page']}" for p in seen)))
     return "<table class='kv'>" + "".join(f"<tr><th>{k}</th><td>{v}</td></tr>" for k, v in rows) + "</table>"
 
 

@@ -68,7 +68,9 @@ class SFTSteps(TrainerSteps):
         summary = {"split": "train", "pages": len(pairs), "sources": sources,
                    "target_chars": sum(len(p.target) for p in pairs)}
         logger.info("SFT on %d pairs from %s", len(pairs), ", ".join(sources))
-        return TrainingSet(pairs_dataset(pairs), None, summary, pairs_identity(pairs))
+        # the bench pages among the pairs: recorded as trained on (olmpipe.job.trained)
+        pages = tuple((p.pdf, p.page) for p in pairs if p.pdf is not None and p.page is not None)
+        return TrainingSet(pairs_dataset(pairs), None, summary, pairs_identity(pairs), pages=pages)
 
     def prepare(self, setup: JobSetup, processor: Any, data: TrainingSet) -> Prepared:
         """Nothing besides the model; the record of what trains the weights: the pairs' summary, LoRA."""

@@ -84,11 +84,21 @@ PREPARE_JS = r"""
     while (walker.nextNode()) nodes.push(walker.currentNode);
     return nodes;
   };
+  // the elements of the page and of its copy, pair by pair (the copy is the tree as parsed: same order)
+  const elements = (root) => {
+    const out = [];
+    if (!root) return out;
+    const walker = document.createTreeWalker(root, NodeFilter.SHOW_ELEMENT);
+    while (walker.nextNode()) out.push(walker.currentNode);
+    return out;
+  };
+  const live = elements(body), copy = elements(clone.querySelector('body'));
   const style = document.createElement('style');
   style.textContent = '*, *::before, *::after { animation: none !important; transition: none !important; '
     + 'pointer-events: auto !important; }';
   document.documentElement.appendChild(style);
-  window.__olm = {nodes: collect(body), clone, cloneNodes: collect(clone.querySelector('body')), pieces: new Map()};
+  window.__olm = {nodes: collect(body), clone, cloneNodes: collect(clone.querySelector('body')), pieces: new Map(),
+                  pairs: live.length === copy.length ? live.map((el, i) => [el, copy[i]]) : [], spaces: []};
   return window.__olm.nodes.length;
 })()
 """
@@ -188,24 +198,73 @@ MEASURE_JS = r"""
     drawn.set(owner, d);
     return d;
   };
+  // Text drawn in another order than it is written: an override of the bidirectional algorithm that
+  // reverses it (unicode-bidi: bidi-override or isolate-override on its element or on an inline
+  // ancestor up to its block container, against the direction of its letters; or the characters
+  // U+202D/U+202E in its text). Such a word gets the flag `drawn reordered` (hidden from mining).
+  const RTL = /[\u0590-\u08FF\uFB1D-\uFDFF\uFE70-\uFEFC]/u, RTL_ALL = /[\u0590-\u08FF\uFB1D-\uFDFF\uFE70-\uFEFC]/gu;
+  const directions = new Map();
+  const override = (owner) => {
+    let dir = directions.get(owner);
+    if (dir !== undefined) return dir;
+    dir = '';
+    for (let e = owner; e; e = e.parentElement) {
+      const st = cs(e);
+      if (st.unicodeBidi.includes('override')) { dir = st.direction; break; }
+      if (st.unicodeBidi !== 'normal' || (!st.display.startsWith('inline') && st.display !== 'contents')) break;
+    }
+    directions.set(owner, dir);
+    return dir;
+  };
+  const reordered = (word, dir) => (dir === 'rtl' ? /[\p{L}\p{N}]/u.test(word.replace(RTL_ALL, ''))
+                                    : dir === 'ltr' && RTL.test(word));
+  // ::first-letter drawn otherwise than its word (e.g. transparent): the first letter of such a block
+  // container is measured as a word of its own, so that the ink decides it alone.
+  const firstLetters = new Map();  // text node -> offset of its first letter
+  // (inherited properties only: a pseudo-element's own transform or opacity is its initial value)
+  const PAINT = ['color', 'webkitTextFillColor', 'fontSize', 'visibility', 'textShadow', 'fontFamily',
+                 'webkitTextStrokeWidth'];
+  for (const el of (document.body ? document.body.querySelectorAll('*') : [])) {
+    const st = cs(el);
+    if (!/^(block|inline-block|list-item|flow-root|table-cell|table-caption)$/.test(st.display)) continue;
+    const first = getComputedStyle(el, '::first-letter');
+    if (PAINT.every(k => first[k] === st[k])) continue;
+    const walker = document.createTreeWalker(el, NodeFilter.SHOW_TEXT);
+    while (walker.nextNode()) {
+      const at = walker.currentNode.nodeValue.search(/\S/);
+      if (at >= 0) { if (!firstLetters.has(walker.currentNode)) firstLetters.set(walker.currentNode, at); break; }
+    }
+  }
   // Words whose text is transformed are measured again with the transforms off (their layout size:
   // transforms do not change layout), for the advance and height the transform then scales.
   const untransform = [];
-  const words = [];
+  const words = [], wordNodes = [];
   const range = document.createRange();
-  const measureText = (index, node, base) => {
+  const measureText = (index, node, base, plain = true) => {
     const text = node.nodeValue, owner = node.parentElement;
+    const controlled = /[\u202D\u202E]/.test(text);
+    const letterAt = firstLetters.get(node);
     const re = /\S+/g;
     let m;
     while ((m = re.exec(text))) {
-      range.setStart(node, m.index);
-      range.setEnd(node, m.index + m[0].length);
-      const rects = owner ? boxes(range.getClientRects()) : [];
-      const hidden = !rects.length || covered(owner, largest(rects), false);
-      const d = owner ? drawing(owner) : null;
-      if (rects.length && d && d.transformed.length) untransform.push([words.length, node, m.index, m[0].length, d]);
-      words.push([index, base + m.index, base + m.index + m[0].length, m[0], 0, hidden ? 1 : 0,
-                  rects.map(r => [r.left, r.top, r.width, r.height]), d ? d.key : -1, null]);
+      const parts = [[m.index, m.index + m[0].length]];
+      if (letterAt === m.index) {
+        const letter = m[0].match(/^[\s\S]\p{M}*/u)[0].length;
+        if (letter < m[0].length) parts.splice(0, 1, [m.index, m.index + letter], [m.index + letter, m.index + m[0].length]);
+      }
+      for (const [a, b] of parts) {
+        range.setStart(node, a);
+        range.setEnd(node, b);
+        const rects = owner ? boxes(range.getClientRects()) : [];
+        const hidden = !rects.length || covered(owner, largest(rects), false);
+        const d = owner ? drawing(owner) : null;
+        const word = text.slice(a, b);
+        const flag = owner && (controlled || reordered(word, override(owner))) ? 'drawn reordered' : '';
+        if (rects.length && d && d.transformed.length) untransform.push([words.length, node, a, b - a, d]);
+        words.push([index, base + a, base + b, word, 0, hidden ? 1 : 0,
+                    rects.map(r => [r.left, r.top, r.width, r.height]), d ? d.key : -1, null, flag]);
+        wordNodes.push(plain ? node : null);
+      }
     }
   };
   olm.nodes.forEach((node, index) => {
@@ -216,14 +275,40 @@ MEASURE_JS = r"""
       return;
     }
     for (const [start, end, piece, math] of pieces) {
-      if (!math) { measureText(index, piece, start); continue; }
+      if (!math) { measureText(index, piece, start, false); continue; }
       const visual = piece.querySelector('.katex-html') || piece;
       const rects = boxes(visual.getClientRects());
       const hidden = !rects.length || covered(piece, largest(rects), true);
       words.push([index, start, end, '', 1, hidden ? 1 : 0, rects.map(r => [r.left, r.top, r.width, r.height]),
-                  drawing(piece).key, null]);
+                  drawing(piece).key, null, '']);
+      wordNodes.push(null);
     }
   });
+  // Spaces the page draws but its text lacks: two words of adjacent text nodes with nothing between
+  // them in the text (e.g. inline-block spans with a margin, flex items) printed apart on one line
+  // get a space in the copy the miner reads (olm.spaces: [text node, offset]).
+  olm.spaces = [];
+  // the element whose lines hold a text node's words: inline boxes (inline-block too), boxes without
+  // a box of their own and flex or grid items lead up to it; a table cell or a block is its own
+  const lineOf = (el) => {
+    for (let e = el; e; e = e.parentElement) {
+      const st = cs(e), parent = e.parentElement ? cs(e.parentElement).display : '';
+      if (!(st.display.startsWith('inline') || st.display === 'contents' || /(flex|grid)$/.test(parent))) return e;
+    }
+    return null;
+  };
+  for (let k = 1; k < words.length; k++) {
+    const [i, , end, , , , r1] = words[k - 1], [j, start, , , , , r2] = words[k];
+    const n1 = wordNodes[k - 1], n2 = wordNodes[k];
+    if (!n1 || !n2 || i === j || start !== 0 || end !== n1.nodeValue.length || !r1.length || !r2.length) continue;
+    if (olm.nodes.slice(i + 1, j).some(n => n.nodeValue.length)) continue;  // text between them: a space or more
+    if (!n1.parentElement || !n2.parentElement || lineOf(n1.parentElement) !== lineOf(n2.parentElement)) continue;
+    const [x1, y1, w1, h1] = r1[r1.length - 1], [x2, y2, , h2] = r2[0];
+    const overlap = Math.min(y1 + h1, y2 + h2) - Math.max(y1, y2);
+    const st = cs(n2.parentElement);
+    const gap = x2 - (x1 + w1) - Math.max(0, parseFloat(st.letterSpacing) || 0);
+    if (overlap > 0.5 * Math.min(h1, h2) && gap > 0.2 * parseFloat(st.fontSize)) olm.spaces.push([j, 0]);
+  }
   if (untransform.length) {
     const saved = [], off = new Set(untransform.flatMap(u => u[4].transformed));
     for (const el of off) {
@@ -277,6 +362,34 @@ VISIBLE_HTML_JS = r"""
     spans.sort((a, b) => b[0] - a[0]);
     for (const [start, end] of spans) text = text.slice(0, start) + text.slice(end);
     node.nodeValue = text;
+  }
+  // the spaces the page draws between words its text writes together (MEASURE_JS)
+  for (const [index] of olm.spaces || []) {
+    const node = olm.cloneNodes[index];
+    if (node) node.nodeValue = ' ' + node.nodeValue;
+  }
+  // characters that draw nothing: zero-width space, word joiner, zero-width no-break space, soft hyphen,
+  // invisible operators, direction marks
+  const INVISIBLE = /[\u00AD\u180E\u200B\u200E\u200F\u2060-\u2064\uFEFF]/g;
+  for (const node of olm.cloneNodes) {
+    if (node && /[\u00AD\u180E\u200B\u200E\u200F\u2060-\u2064\uFEFF]/.test(node.nodeValue)) {
+      node.nodeValue = node.nodeValue.replace(INVISIBLE, '');
+    }
+  }
+  // drawn order of flex and grid items: the `order` property, and flex's *-reverse directions (the
+  // copy's children in the order the page draws them, as CSS's order-modified document order)
+  const liveOf = new Map((olm.pairs || []).map(([live, copy]) => [copy, live]));
+  for (const [live, copy] of olm.pairs || []) {
+    const st = getComputedStyle(live);
+    const flex = /flex$/.test(st.display), grid = /grid$/.test(st.display);
+    if (!flex && !grid) continue;
+    const reverse = flex && st.flexDirection.endsWith('-reverse');
+    const items = Array.from(copy.childNodes).map((n, i) => [n, liveOf.has(n)
+      ? (parseInt(getComputedStyle(liveOf.get(n)).order, 10) || 0) : 0, i]);
+    if (!reverse && items.every(item => item[1] === 0)) continue;
+    items.sort((a, b) => a[1] - b[1] || a[2] - b[2]);
+    if (reverse) items.reverse();
+    for (const [n] of items) copy.appendChild(n);
   }
   const walker = document.createTreeWalker(olm.clone, NodeFilter.SHOW_COMMENT);
   const comments = [];
@@ -469,6 +582,8 @@ def visible_words(measure: dict, printed: bytes, blank: bytes, *, longest_side: 
                                    shrink=shrink)
             if reason is None and id(word) in overprinted:
                 reason = "overprinted"
+            if reason is None and len(word) > 9 and word[9]:  # MEASURE_JS's flag: drawn reordered
+                reason = word[9]
             if reason:
                 shown = False
                 out.illegible[reason] += 1

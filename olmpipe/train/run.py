@@ -75,7 +75,8 @@ class GRPOSteps(TrainerSteps):
                                                          max_pages=tcfg["eval_max_pages"], **common)
             eval_dataset = to_dataset(eval_examples)
             logger.info("evaluating during training on %d eval pages", eval_summary.pages)
-        return TrainingSet(to_dataset(examples), eval_dataset, summary.to_dict(), training_set_id(examples))
+        return TrainingSet(to_dataset(examples), eval_dataset, summary.to_dict(), training_set_id(examples),
+                           pages=tuple((ex.pdf, ex.page) for ex in examples))
 
     def prepare(self, setup: JobSetup, processor: Any, data: TrainingSet) -> Prepared:
         """The reward functions (configured ones with the model's EOS ids, or the injected ones) and the

@@ -4,8 +4,9 @@ olmOCR 2 averaged ("souped") the weights of six GRPO runs with different seeds a
 sampling levels; the soup scored higher on olmOCR-Bench than any single run. Averaging streams one
 tensor at a time (accumulated in float32 over the seeds, then cast to the output dtype), so souping
 six 7B checkpoints needs memory for one shard, not six models. Files other than weights (config,
-tokenizer, processor, chat template) come from the first seed; every seed must have the same
-tensors with the same shapes.
+tokenizer, processor, chat template) come from the first seed, the record of trained pages is the
+union of the seeds' (``olmpipe_trained_pages.jsonl``); every seed must have the same tensors with the
+same shapes.
 
     python -m olmpipe.train.soup results/train/soup/model results/train/seed1/model results/train/seed2/model
 
@@ -32,6 +33,12 @@ from olmpipe.records.models import (
     NotAWeightsFolder,
 )
 from olmpipe.records.models import weight_map as records_weight_map
+from olmpipe.records.train import (
+    TRAINED_PAGES_NAME,
+    trained_pages_of,
+    unite_trained_pages,
+    write_trained_pages,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -137,6 +144,11 @@ def soup(model_dirs: Sequence[str | Path], out_dir: str | Path, *, dtype: str = 
         if (dirs[0] / INDEX).exists():
             _write_index(tmp, dirs[0])
     write_json(tmp / SOUP_INFO_NAME, {"inputs": [str(d) for d in dirs], "dtype": dtype, "method": "float32 mean"})
+    # the soup's weights hold what every seed trained on: the union of their records (olmpipe.job.trained)
+    trained = unite_trained_pages(*(trained_pages_of(d, error=SoupError) for d in dirs))
+    (tmp / TRAINED_PAGES_NAME).unlink(missing_ok=True)
+    if trained:
+        write_trained_pages(tmp / TRAINED_PAGES_NAME, trained)
     publish_dir(tmp, out_dir)
     return out_dir
 

@@ -39,6 +39,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+import unicodedata
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -149,6 +150,27 @@ _DUPLICATE_HINT = ("ids must be unique across the bench's test files; neither co
                    "fails even with validate.on_invalid: drop, since it cannot tell which copy is the real test")
 
 
+def _unicode_form(name: str) -> str:
+    """Which Unicode normalization ``name`` is in (NFC, NFD, both: plain ASCII, or neither)."""
+    forms = [form for form in ("NFC", "NFD") if unicodedata.normalize(form, name) == name]
+    return " and ".join(forms) or "neither NFC nor NFD"
+
+
+def _near_name(pdf: str, manifests: Mapping[str, PdfManifest]) -> str:
+    """What a missing PDF's name is near among the bench's files: the same name in another Unicode
+    normalization (a bench copied from macOS, whose file names are NFD, with NFC tests: the two print
+    alike and differ in bytes; PDFs are matched by exact name everywhere) or in another case."""
+    folded = unicodedata.normalize("NFC", pdf)
+    same = [name for name in manifests if unicodedata.normalize("NFC", name) == folded]
+    if same:
+        return (f" (the PDF's file name is the same in another Unicode normalization: the test writes {pdf!a} "
+                f"({_unicode_form(pdf)}), the file is {same[0]!a} ({_unicode_form(same[0])}); PDFs are matched "
+                "by their exact name, so rename the file or write the test's pdf as the file is named, e.g. "
+                "`convmv -r -f utf8 -t utf8 --nfc --notest pdfs/` makes every file name NFC)")
+    same = [name for name in manifests if name.casefold() == pdf.casefold()]
+    return f" (the PDF is named {same[0]!r}; the name must match exactly)" if same else ""
+
+
 def _test_problems(test, file_path: str, bench_dir: str, manifests: Mapping[str, PdfManifest],
                    seen: _Seen) -> list[Problem]:
     """Cross-file checks of one test that passed the loader (pdf path, page, duplicate id)."""
@@ -173,9 +195,7 @@ def _test_problems(test, file_path: str, bench_dir: str, manifests: Mapping[str,
     pdf_root = Path(bench_dir) / "pdfs"
     manifest = manifests.get(test.pdf)
     if manifest is None:
-        same = [pdf for pdf in manifests if pdf.lower() == test.pdf.lower()]
-        hint = f" (the PDF is named {same[0]!r}; the name must match exactly)" if same else ""
-        add(f"PDF {test.pdf!r} does not exist in {pdf_root}{hint}")
+        add(f"PDF {test.pdf!r} does not exist in {pdf_root}{_near_name(test.pdf, manifests)}")
     elif not (pdf_root / test.pdf).resolve().is_relative_to(pdf_root.resolve()):
         add(f"PDF {test.pdf!r} resolves outside {pdf_root} (symbolic link)")
     elif manifest.status != "ok":

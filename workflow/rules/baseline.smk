@@ -63,7 +63,9 @@ rule baseline_generate:
         out_dir=RUN_FOLDER,
         python=GENERATE_PYTHON,
         settings=GENERATE_SETTINGS,
+    # exec: the job's process is Snakemake's child, and --exit-with-job stops it when Snakemake is gone
+    # (kill -9, a closed terminal); the journal keeps every finished generation.
     shell:
-        "{params.offline} {params.python:q} -m {params.entry} --settings {params.settings:q}"
+        "exec {params.offline} {params.python:q} -m {params.entry} --exit-with-job --settings {params.settings:q}"
         " --model {input.model:q} --pages {input.pages:q} --tests {input.tests:q}"
         " --out {params.out_dir:q} --threads {threads} > {log:q} 2>&1"

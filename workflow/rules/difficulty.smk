@@ -56,8 +56,10 @@ rule difficulty_sample:
         # The run folder: the folder of its statistics (results/difficulty).
         out_dir=lambda wildcards, output: str(Path(output.stats).parent),
         python=GENERATE_PYTHON,
+    # exec and --exit-with-job: the sampler stops when its Snakemake is gone (as the generation jobs)
     shell:
-        "{params.offline} {params.python:q} -m olmpipe.difficulty sample --settings {params.settings:q}"
+        "exec {params.offline} {params.python:q} -m olmpipe.difficulty sample --exit-with-job"
+        " --settings {params.settings:q}"
         " --model {input.model:q} --pages {input.pages:q} --tests {input.tests:q}"
         " --out {params.out_dir:q} --threads {threads} > {log:q} 2>&1"
 
@@ -65,6 +67,8 @@ rule difficulty_sample:
 rule difficulty_filter:
     input:
         stats=rules.difficulty_sample.output.stats,
+        # the pages the sampling run sampled: the statistics must have each one's line
+        summary=rules.difficulty_sample.output.summary,
         pages=rules.validate.output.pages,
     output:
         pages=str(FILTERED_PAGE_INDEX),

@@ -1,9 +1,12 @@
 """Snakemake script of rule download_model: fetch the hub model once into its results folder."""
 
-import logging
+from olmpipe.rulejob import rule_job
 
-logging.basicConfig(filename=snakemake.log[0], level=logging.INFO, force=True)  # noqa: F821
+with rule_job(snakemake.log[0], "download_model"):  # noqa: F821
+    from olmpipe.models.hub import ModelDownloadError, download
 
-from olmpipe.models.hub import download
-
-download(snakemake.params.repo, snakemake.params.revision, snakemake.output.model)  # noqa: F821
+    try:
+        download(snakemake.params.repo, snakemake.params.revision, snakemake.output.model)  # noqa: F821
+    except ModelDownloadError as exc:
+        # the refusal says what is wrong and how to fix it; the traceback would add nothing
+        raise SystemExit(f"download_model: {exc}\n(log: {snakemake.log[0]})") from None  # noqa: F821
