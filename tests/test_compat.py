@@ -445,10 +445,15 @@ def _recording(answer: dict[str, int]):
         paths: ClassVar[list[str]] = []
 
         def do_POST(self):
+            # vLLM >= 0.26 answers its cache resets with {"success": true}, and TRL 1.16's client then
+            # parses the body (trl/generation/vllm_client.py 55-57, 879-880); an older one with none.
             type(self).paths.append(self.path)
+            body = b'{"success": true}'
             self.send_response(answer.get(self.path, 200))
-            self.send_header("Content-Length", "0")
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
             self.end_headers()
+            self.wfile.write(body)
 
     return Recorder
 
