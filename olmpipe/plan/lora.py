@@ -26,6 +26,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from olmpipe.plan.shape import GIB, ModelShape
+from olmpipe.plan.terms import Term
+
 #: Bytes per quantized linear weight.
 QUANT_BYTES = {
     ("4bit", True): 0.5 + 1 / 64 + 4 / (64 * 256),  # NF4 + 8-bit absmax per 64 + fp32 per 256 blocks
@@ -125,3 +128,27 @@ def base_weight_bytes(shape: Any, peft: Mapping[str, Any], weight_bytes: int) ->
     note = (f"{linear / 1e9:.2f}B linear x {per:.3g} B ({peft['quantization']}) + {(params - linear) / 1e9:.2f}B "
             f"x {weight_bytes} B, frozen")
     return linear * per + (params - linear) * weight_bytes, note
+
+
+def adapter_bytes(shape: ModelShape, peft: Mapping[str, Any]) -> float:
+    """Bytes of what LoRA trains: the adapter and the modules_to_save copies, all float32 (:mod:`olmpipe.plan.lora`)."""
+    return (adapter_parameters(shape, peft)[0] + saved_module_parameters(shape, peft)[0]) * 4
+
+
+def lora_terms(shape: ModelShape, peft: Mapping[str, Any], w: int, section: str = "train") -> list[Term]:
+    """Weights, gradients and optimizer states of LoRA/QLoRA training (:mod:`olmpipe.plan.lora`)."""
+    base, base_note = base_weight_bytes(shape, peft, w)
+    adapter, unknown = adapter_parameters(shape, peft)
+    saved, unknown_saved = saved_module_parameters(shape, peft)
+    trained = adapter_bytes(shape, peft)  # fp32 adapter and modules_to_save copies (16 B/param with grads, AdamW)
+    note_unknown = f"; not sized: {', '.join(unknown + unknown_saved)}" if unknown or unknown_saved else ""
+    quant_fix = f"{section}.peft.quantization: 4bit (QLoRA" + (", rollouts without vLLM)" if section == "train" else ")")
+    return [
+        Term("base weights (frozen)", base / GIB, base_note,
+             quant_fix if peft["quantization"] == "none" else "a smaller model"),
+        Term("adapter weights", trained / GIB,
+             f"LoRA r={peft['r']}: {adapter / 1e6:.1f}M x 4 B" + (f" + {saved / 1e6:.1f}M saved x 4 B" if saved else "")
+             + note_unknown, f"lower {section}.peft.r or fewer target_modules"),
+        Term("gradients", trained / GIB, "adapter only", f"lower {section}.peft.r"),
+        Term("optimizer states", 2 * trained / GIB, "AdamW, adapter only", f"lower {section}.peft.r"),
+    ]

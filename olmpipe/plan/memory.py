@@ -36,7 +36,9 @@ from olmpipe.job.kinds import GRPO, JobKind
 from olmpipe.job.precision import Precision, resolve_precision
 from olmpipe.models.architectures import page_size
 from olmpipe.plan.checkpoint import CheckpointPlan, checkpoint_plan
+from olmpipe.plan.lora import adapter_bytes, lora_terms
 from olmpipe.plan.shape import GIB, ModelShape, PlanError, budget_of
+from olmpipe.plan.terms import Term, autocast_copy_bytes, training_bytes_per_param
 from olmpipe.prompts import PROMPT_TEXT_TOKENS
 
 #: CUDA context, NCCL buffers and allocator fragmentation per GPU (a rough, fixed reserve).
@@ -44,69 +46,6 @@ RUNTIME_RESERVE_GIB = 2.0
 #: Bytes per parameter of vLLM's weights and per KV cache value (bf16, vLLM's ``dtype: auto`` on
 #: Qwen VL checkpoints).
 VLLM_BYTES = 2
-
-
-def training_bytes_per_param(strategy: str, processes: int, weight_bytes: int,
-                             compute_bytes: int | None = None) -> dict[str, float]:
-    """Bytes per parameter and GPU of weights, gradients and AdamW states under a strategy.
-
-    ``weight_bytes``: the dtype the policy is loaded in (4: float32 master weights, the default of
-    :mod:`olmpipe.job.precision`; 2: ``train.pure_bf16``); ``compute_bytes``: 2 under bf16 mixed
-    precision, 4 in float32 (default: ``weight_bytes``).
-
-    - ``single``/``ddp``: the parameters are the master weights (bf16 only under autocast), so
-      weights, gradients and both AdamW moments (torch keeps them in the parameter dtype) are whole
-      on every rank: w + w + 2w (16 bytes with float32 masters, 8 with pure bf16). DDP's gradients
-      are views into its all-reduce buckets (``gradient_as_bucket_view``, set by
-      :class:`olmpipe.compat.trl.TrainerSeams`), not a second copy. Under bf16 autocast, float32
-      masters add autocast's bf16 copies of the weights (:func:`autocast_copy_bytes`).
-    - ``zero2``: DeepSpeed casts the module to the compute dtype (c, whole); gradients sharded;
-      fp32 master weights + fp32 moments (12 bytes, 8 without mixed precision) sharded (ZeRO paper,
-      Rajbhandari et al. 2020, Pos+g).
-    - ``zero3``: everything sharded (Pos+g+p).
-    - ``fsdp``: FSDP2 under mixed precision keeps fp32 sharded parameters, gradients and moments
-      (accelerate upcasts low-precision parameters): 16 bytes / ranks.
-    """
-    w, n = weight_bytes, processes
-    c = w if compute_bytes is None else compute_bytes
-    master = 8 + (4 if c < 4 else 0)
-    table = {
-        "single": (w, w, 2 * w),
-        "ddp": (w, w, 2 * w),
-        "zero2": (c, c / n, master / n),
-        "zero3": (c / n, c / n, master / n),
-        "fsdp": (4 / n, 4 / n, 8 / n),
-    }
-    weights, grads, optimizer = table[strategy]
-    return {"weights": weights, "gradients": grads, "optimizer": optimizer}
-
-
-def autocast_copy_bytes(strategy: str, weight_bytes: int, compute_bytes: int, peft: bool = False) -> int:
-    """Bytes per parameter of the bf16 copies torch autocast keeps of float32 weights (0 where there
-    are none): ``single``/``ddp`` full fine-tunes with float32 masters and bf16 compute.
-
-    accelerate wraps the model's forward in ``torch.autocast`` (``utils/modeling.py`` 2099-2113) and
-    TRL 1.16 computes the policy's log-probs under ``accelerator.autocast()`` (``grpo_trainer.py``
-    1497-1498); autocast casts each float32 weight that requires grad to bf16 once and caches the copy
-    until the outermost autocast region exits (torch's ``cached_cast``, ``aten/src/ATen/autocast_mode.cpp``),
-    so at the end of the forward every weight has its 2-byte copy (without activation checkpointing
-    they are also what the matmuls saved for backward). DeepSpeed's module is bf16 already, FSDP2
-    gathers bf16 units (its ``MixedPrecisionPolicy``), pure bf16 has nothing to cast, and LoRA's
-    frozen base is loaded in bf16.
-    """
-    if peft or strategy not in ("single", "ddp") or weight_bytes != 4 or compute_bytes != 2:
-        return 0
-    return 2
-
-
-@dataclass(frozen=True)
-class Term:
-    """One row of the plan: what takes memory, how much, and the setting that shrinks it."""
-
-    name: str
-    gib: float
-    note: str
-    fix: str
 
 
 @dataclass(frozen=True)
@@ -246,7 +185,7 @@ def _weight_terms(job: _Job) -> list[Term]:
     shape, strategy, n = job.shape, job.launch.effective_strategy, job.launch.train_processes
     params = shape.parameters()
     per_param = training_bytes_per_param(strategy, n, job.weight_bytes, job.w)
-    terms = _lora_terms(shape, job.peft, job.w, job.kind.section) if job.peft["enabled"] else [
+    terms = lora_terms(shape, job.peft, job.w, job.kind.section) if job.peft["enabled"] else [
         Term("weights", params * per_param["weights"] / GIB, f"{params / 1e9:.2f}B x {per_param['weights']:.3g} B",
              f"resources.{job.kind.section}.strategy: {_SHARD}"),
         Term("gradients", params * per_param["gradients"] / GIB, f"x {per_param['gradients']:.3g} B",
@@ -517,40 +456,12 @@ def memory_plan(cfg: Mapping[str, Any], shape: ModelShape, gpus: int | None = No
     checkpoints = checkpoint_plan(cfg, strategy=strategy, processes=n, parameters=shape.parameters(),
                                   weight_bytes=job.weight_bytes, compute_bytes=job.w,
                                   slurm_extra=slurm_extra, signal_source=signal_source,
-                                  adapter_bytes=_adapter_bytes(shape, peft) if peft["enabled"] else None, kind=kind)
+                                  adapter_bytes=adapter_bytes(shape, peft) if peft["enabled"] else None, kind=kind)
     height, width = page_size(cfg["rasterize"]["longest_side"])
     return MemoryPlan(launch=launch, shape=shape, gpu_memory_gib=job.gpu_gib, train_terms=tuple(terms),
                       server_terms=tuple(server), problems=tuple(problems), precision=_precision_note(job),
                       checkpoints=checkpoints, image_tokens=_sequence(job)[1], page_height=height,
                       page_width=width, load_terms=tuple(loading))
-
-
-def _adapter_bytes(shape: ModelShape, peft: Mapping[str, Any]) -> float:
-    """Bytes of what LoRA trains: the adapter and the modules_to_save copies, all float32 (:mod:`olmpipe.plan.lora`)."""
-    from olmpipe.plan.lora import adapter_parameters, saved_module_parameters
-
-    return (adapter_parameters(shape, peft)[0] + saved_module_parameters(shape, peft)[0]) * 4
-
-
-def _lora_terms(shape: ModelShape, peft: Mapping[str, Any], w: int, section: str = "train") -> list[Term]:
-    """Weights, gradients and optimizer states of LoRA/QLoRA training (:mod:`olmpipe.plan.lora`)."""
-    from olmpipe.plan.lora import adapter_parameters, base_weight_bytes, saved_module_parameters
-
-    base, base_note = base_weight_bytes(shape, peft, w)
-    adapter, unknown = adapter_parameters(shape, peft)
-    saved, unknown_saved = saved_module_parameters(shape, peft)
-    trained = _adapter_bytes(shape, peft)  # fp32 adapter and modules_to_save copies (16 B/param with grads, AdamW)
-    note_unknown = f"; not sized: {', '.join(unknown + unknown_saved)}" if unknown or unknown_saved else ""
-    quant_fix = f"{section}.peft.quantization: 4bit (QLoRA" + (", rollouts without vLLM)" if section == "train" else ")")
-    return [
-        Term("base weights (frozen)", base / GIB, base_note,
-             quant_fix if peft["quantization"] == "none" else "a smaller model"),
-        Term("adapter weights", trained / GIB,
-             f"LoRA r={peft['r']}: {adapter / 1e6:.1f}M x 4 B" + (f" + {saved / 1e6:.1f}M saved x 4 B" if saved else "")
-             + note_unknown, f"lower {section}.peft.r or fewer target_modules"),
-        Term("gradients", trained / GIB, "adapter only", f"lower {section}.peft.r"),
-        Term("optimizer states", 2 * trained / GIB, "AdamW, adapter only", f"lower {section}.peft.r"),
-    ]
 
 
 def _zero3_hint(cfg: Mapping[str, Any], shape: ModelShape, gpus: int, gpu_gib: float, kind: JobKind = GRPO) -> str:
