@@ -28,7 +28,7 @@ from types import MappingProxyType
 RULE_CODE: Mapping[str, tuple[str, ...]] = MappingProxyType({
     # synth_html renders the pages it writes through the rasterizer.
     "synth_html": ("olmpipe.synth.source", "olmpipe.rasterize", "olmpipe.records.synth"),
-    "synth_render": ("olmpipe.synth.render", "olmpipe.synth.visible", "olmpipe.synth.legible", "olmpipe.synth.bench",
+    "synth_render": ("olmpipe.synth.render", "olmpipe.synth.visible", "olmpipe.synth.pagejs", "olmpipe.synth.legible", "olmpipe.synth.bench",
                      "olmpipe.records.synth"),
     "synth_tests": (
         "olmpipe.synth.mine",

@@ -7,7 +7,7 @@ simply too small. A test about such text rewards writing what the model cannot r
 treated as hidden. The model reads the page rasterized at ``rasterize.longest_side`` pixels on its
 longest side (:mod:`olmpipe.rasterize`; 1288 in olmOCR 2, so a CSS pixel of a US-letter page is
 1288 / 1056 = 1.22 image pixels), and the bounds on size are in those image pixels, computed from
-the text's layout size and the transforms and filters above it (:data:`olmpipe.synth.visible.MEASURE_JS`).
+the text's layout size and the transforms and filters above it (:data:`olmpipe.synth.pagejs.MEASURE_JS`).
 
 The bounds were set by printing one sentence (13 px serif) under each effect and reading it in the
 1288 px raster (docs/synth.md, "Only what the page image shows", has the table):
@@ -59,7 +59,7 @@ MAX_BLUR_SHARE = 0.12
 
 @dataclass(frozen=True)
 class Drawing:
-    """How an element draws its text (one row of :data:`~olmpipe.synth.visible.MEASURE_JS`'s
+    """How an element draws its text (one row of :data:`~olmpipe.synth.pagejs.MEASURE_JS`'s
     ``drawings``): the linear part ``[a, b, c, d]`` of its transforms (``x' = a x + c y``,
     ``y' = b x + d y``), its letter spacing (layout px), the blur of the filters above it (page
     px), whether a filter draws it, and whether its lines run vertically."""

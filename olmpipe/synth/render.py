@@ -37,15 +37,8 @@ from bs4 import BeautifulSoup
 
 from olmpipe.bench.mathbrowser import BrowserError, BrowserPipe
 from olmpipe.records.files import atomic_path
-from olmpipe.synth.visible import (
-    HIDE_TEXT_JS,
-    MEASURE_JS,
-    PREPARE_JS,
-    VISIBLE_HTML_JS,
-    LayoutMismatch,
-    print_shrink,
-    visible_words,
-)
+from olmpipe.synth.pagejs import HIDE_TEXT_JS, MEASURE_JS, PREPARE_JS, VISIBLE_HTML_JS
+from olmpipe.synth.visible import LayoutMismatch, print_shrink, visible_words
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +81,7 @@ _KATEX_WALK = r"""
       pos = close[best] + c.length;
     }
   }
-  // the text nodes olmpipe.synth.visible's PREPARE_JS listed, if it ran; each replaced one's pieces
+  // the text nodes olmpipe.synth.pagejs's PREPARE_JS listed, if it ran; each replaced one's pieces
   // ([start, end, node, is math] in the original text) are kept for its measurement
   const olm = window.__olm;
   let nodes = olm ? olm.nodes : null;
