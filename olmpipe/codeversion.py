@@ -129,6 +129,8 @@ RULE_CODE: Mapping[str, tuple[str, ...]] = MappingProxyType({
     # report_plots and report_html: editing a plot or the page reruns only the report.
     "report": (
         "olmpipe.report.page",
+        "olmpipe.report.sections",
+        "olmpipe.report.samples",
         "olmpipe.report.template",
         "olmpipe.report.plots",
         "olmpipe.bench.describe",

@@ -11,6 +11,7 @@ from support.runs import BASELINE_TEXTS, TRAINED_TEXTS, make_page_images, make_r
 from olmpipe.config import load_config
 from olmpipe.evaluate.compare import CompareSettings, compare_runs, load_run, write_comparison
 from olmpipe.report import page as report
+from olmpipe.report import samples, sections
 from olmpipe.report.plots import write_plots
 
 
@@ -69,7 +70,7 @@ def test_page_samples_show_image_outputs_and_verdicts(html):
     assert "<span class='bad'>fail 0/3</span></td><td><span class='ok'>pass 3/3</span>" in html
     assert "trained: Expected &#x27;delta" in html  # b1 still fails after training
     assert "output became empty (repeats [3])" in html  # page flag (the first repeat shown is not empty)
-    assert "empty output" in report._text_block("", 3, 100)
+    assert "empty output" in samples.text_block("", 3, 100)
 
 
 def test_self_contained_with_config_and_versions(html):
@@ -82,12 +83,12 @@ def test_select_pages_takes_gains_then_losses_then_rest():
     pages = [
         {"pdf": f"p{i}.pdf", "page": 1, "change": c} for i, c in enumerate([0.5, -0.2, 0, 1.0, -0.7, 0.1])
     ]
-    names = [p["pdf"] for p in report.select_pages(pages, 4)]
+    names = [p["pdf"] for p in samples.select_pages(pages, 4)]
     assert names == ["p3.pdf", "p0.pdf", "p4.pdf", "p1.pdf"]
-    assert [p["pdf"] for p in report.select_pages(pages, 1)] == ["p3.pdf"]
-    assert len(report.select_pages(pages, 10)) == 6
+    assert [p["pdf"] for p in samples.select_pages(pages, 1)] == ["p3.pdf"]
+    assert len(samples.select_pages(pages, 10)) == 6
     only_gains = [{"pdf": "a.pdf", "page": 1, "change": 0.5}, {"pdf": "b.pdf", "page": 1, "change": 0.0}]
-    assert [p["pdf"] for p in report.select_pages(only_gains, 2)] == ["a.pdf", "b.pdf"]
+    assert [p["pdf"] for p in samples.select_pages(only_gains, 2)] == ["a.pdf", "b.pdf"]
 
 
 def test_missing_page_image_is_reported_not_fatal(setup, tmp_path):
@@ -104,7 +105,7 @@ def test_long_outputs_are_cut(setup):
     _, comparison, pages, _ = setup
     html = report.build_report(comparison, {}, report.ReportSettings(max_chars=100), pages_index=pages)
     assert "no plots" in html and not re.search(r"\(first \d+ of \d+ characters\)", html)  # short texts
-    assert "(first 100 of 250 characters)" in report._text_block("x" * 250, 3, 100)
+    assert "(first 100 of 250 characters)" in samples.text_block("x" * 250, 3, 100)
 
 
 def test_main_writes_plots_and_report(setup, tmp_path):
@@ -193,12 +194,12 @@ def test_headline_when_nothing_changed(setup):
     row = same["rows"][0]
     row.update(trained=row["baseline"], difference=0.0, difference_ci=[0.0, 0.0], p_value=1.0,
                test_method="none", changed=0, gained=0, lost=0)  # fmt: skip
-    text = report.headline(same)
+    text = sections.headline(same)
     assert "+0.0 points" in text and "p = 1;" in text and "No test changed its verdict" in text
     row.update(
         trained=0.9, difference=0.775, difference_ci=[0.5, 0.9], p_value=0.001, test_method="exact", changed=9
     )
-    assert "unlikely to be chance" in report.headline(same)
+    assert "unlikely to be chance" in sections.headline(same)
 
 
 def test_generation_section_counts_rotation_retries_and_fallbacks(setup, tmp_path):

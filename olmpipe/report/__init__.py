@@ -3,7 +3,7 @@
     python -m olmpipe.report --config config/config.yaml
 
 - :mod:`~olmpipe.report.plots`: reward curves, per-type pass rates, per-page change (PNG);
-- :mod:`~olmpipe.report.page`: the page's content (tables, sample pages, config, versions);
+- :mod:`~olmpipe.report.page`: the page (config, versions) from :mod:`~olmpipe.report.sections` (headline, chain, tables, guards, generation, difficulty) and :mod:`~olmpipe.report.samples` (sample pages);
 - :mod:`~olmpipe.report.template`: its template.
 
 The names of the former ``olmpipe/report.py`` are imported from here lazily.
@@ -16,9 +16,9 @@ import importlib
 _EXPORTS = {
     "ReportSettings": "olmpipe.report.page",
     "software_versions": "olmpipe.report.page",
-    "select_pages": "olmpipe.report.page",
-    "embed_png": "olmpipe.report.page",
-    "headline": "olmpipe.report.page",
+    "select_pages": "olmpipe.report.samples",
+    "embed_png": "olmpipe.report.samples",
+    "headline": "olmpipe.report.sections",
     "build_report": "olmpipe.report.page",
     "write_report": "olmpipe.report.page",
     "main": "olmpipe.report.page",
