@@ -56,6 +56,15 @@ RASTERIZE_DIR = RESULTS / "rasterize"
 MANIFEST = RASTERIZE_DIR / MERGED_MANIFEST_NAME
 #: Page folders under :data:`RASTERIZE_DIR` of the main bench (``bench.dir``) and the eval bench.
 MAIN_PAGES, EVAL_PAGES = "pages", "eval-pages"
+#: Content stamps of the benches' input files (:mod:`olmpipe.records.stamps`): the rasterize rule's
+#: input instead of the PDFs, the validate rule's instead of the test files.
+INPUT_STAMPS_DIR = RASTERIZE_DIR / "inputs"
+
+
+def input_stamp(pages: str, kind: str) -> str:
+    """The stamp of a bench's ``kind`` (``pdfs`` or ``tests``) files; ``pages`` names the bench
+    (:data:`MAIN_PAGES`, :data:`EVAL_PAGES`): ``results/rasterize/inputs/pages-pdfs.json``."""
+    return str(INPUT_STAMPS_DIR / f"{pages}-{kind}.json")
 
 VALIDATE_DIR = RESULTS / "validate"
 #: The page index and the validated tests (rule ``validate``) that training and scoring read.

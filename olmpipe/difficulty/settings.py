@@ -174,3 +174,19 @@ def job_config(cfg: Mapping[str, Any]) -> dict[str, Any]:
 def job_config_json(cfg: Mapping[str, Any]) -> str:
     """:func:`job_config` as compact, key-sorted JSON (stable, so Snakemake's params compare equal)."""
     return json.dumps(job_config(cfg), sort_keys=True, separators=(",", ":"))
+
+
+def job_trigger_json(cfg: Mapping[str, Any]) -> str:
+    """The part of :func:`job_config` whose change reruns the sampling job (its rule's params): without
+    the generation's and scoring workers' operational keys (batch size, concurrency, timeouts:
+    :mod:`olmpipe.generate.tracked`, :data:`olmpipe.job.jobconfig.OPERATIONAL_BENCH`), which change how
+    the samples are made and not what they are, and without ``model.name``."""
+    from olmpipe.generate.tracked import generation_trigger
+    from olmpipe.job.jobconfig import OPERATIONAL_BENCH
+
+    job = job_config(cfg)
+    job["generation"] = {k: v for k, v in generation_trigger(cfg)["generation"].items()
+                         if k in GENERATION_KEYS}
+    job["rewards"]["bench"] = {k: v for k, v in job["rewards"]["bench"].items() if k not in OPERATIONAL_BENCH}
+    job.pop("model")
+    return json.dumps(job, sort_keys=True, separators=(",", ":"), default=str)

@@ -1,9 +1,16 @@
-"""A seed's training job config: what the ``train_seed`` rule passes to the job.
+"""A seed's training job config: what the ``train_seed`` and ``sft_seed`` rules pass to the job.
 
-:func:`seed_config` is the config a ``train_seed`` job receives (its ``params``): the sections
-training reads, reduced to that seed, so that adding a seed to ``train.seeds`` or changing another
-seed's override does not rerun the seeds already trained. What a changed setting does to a
-checkpoint is :mod:`olmpipe.job.resume`'s (``run_settings``, ``trajectory_fingerprint``).
+:func:`seed_config` is the config a training job receives: the sections training reads, reduced to
+that seed, so that adding a seed to ``train.seeds`` or changing another seed's override does not
+rerun the seeds already trained. :func:`trained_config` is the part of it that changes the weights
+the job writes, the rule's rerun trigger: the settings of how a run is checkpointed, logged and
+operated (``resume``, ``wandb``, ``exit_with_job``, ``reward_error_steps``, ``save_steps``,
+``logging_steps``, ``rewards.bench.processes``/``timeout_s``, ``model.name``, ...: :data:`OPERATIONAL`
+and the kind's ``not_trajectory_knobs``) are left out. The job still receives them through a param
+Snakemake does not record (a params function taking ``resources`` is a derived param:
+``snakemake/rules.py`` 925-934, ``snakemake/persistence/__init__.py`` 789-795), so a changed logging
+interval reruns nothing, and applies the next time the seed's job runs. What a changed setting does
+to a checkpoint is :mod:`olmpipe.job.resume`'s (``run_settings``, ``trajectory_fingerprint``).
 """
 
 from __future__ import annotations
@@ -15,10 +22,20 @@ from typing import Any
 
 from olmpipe.job.kinds import GRPO, JobKind
 
+__all__ = ["OPERATIONAL", "seed_config", "seed_config_json", "trained_config", "trained_config_json"]
+
 #: Sections of the config a training job reads.
 TRAIN_SECTIONS = ("model", "rewards", "train")
 #: ... an SFT job's.
 SFT_SECTIONS = ("model", "sft")
+#: Keys of a trainer's section that change how a run is operated, checkpointed and logged, not the
+#: weights it writes (the kind's ``not_trajectory`` minus what does: ``device``, ``dtype``,
+#: ``pure_bf16``; ``seeds`` and ``seed_overrides`` are reduced to the seed by :func:`seed_config`).
+OPERATIONAL = ("resume", "wandb", "completions_every", "exit_with_job", "reward_error_steps", "eval_max_pages",
+               "vllm_server")
+#: ``rewards.bench`` keys that bound the scoring workers or set a logged signal, not the rewards
+#: (:data:`olmpipe.job.resume.NOT_TRAJECTORY_BENCH`).
+OPERATIONAL_BENCH = ("processes", "timeout_s", "memory_mb", "short_signal")
 
 
 def seed_config(config: Mapping[str, Any], seed: int, kind: JobKind = GRPO) -> dict[str, Any]:
@@ -44,3 +61,30 @@ def seed_config(config: Mapping[str, Any], seed: int, kind: JobKind = GRPO) -> d
 def seed_config_json(config: Mapping[str, Any], seed: int, kind: JobKind = GRPO) -> str:
     """:func:`seed_config` as compact, key-sorted JSON (stable, so Snakemake's params compare equal)."""
     return json.dumps(seed_config(config, seed, kind), sort_keys=True, separators=(",", ":"))
+
+
+def trained_config(config: Mapping[str, Any], seed: int, kind: JobKind = GRPO) -> dict[str, Any]:
+    """:func:`seed_config` without what does not change the weights the job writes (see the module
+    docstring): the rule's rerun trigger. ``train.vllm_server.logprobs_mode`` stays (in server mode
+    the server's log-probs weigh the loss: :meth:`olmpipe.job.kinds.JobKind.extra_settings`)."""
+    out = seed_config(config, seed, kind)
+    own = out[kind.section]
+    knobs = own[kind.knobs_key]
+    kept = kind.extra_settings(own, kind.knobs(own, seed))
+    for key in OPERATIONAL:
+        own.pop(key, None)
+    own.update(kept)
+    own[kind.knobs_key] = {k: v for k, v in knobs.items() if k not in kind.not_trajectory_knobs}
+    own["seed_overrides"] = [
+        {**o, kind.knobs_key: {k: v for k, v in o.get(kind.knobs_key, {}).items() if k not in kind.not_trajectory_knobs}}
+        for o in own["seed_overrides"]
+    ]
+    out["model"] = {k: v for k, v in out["model"].items() if k != "name"}
+    if "rewards" in out:
+        out["rewards"]["bench"] = {k: v for k, v in out["rewards"]["bench"].items() if k not in OPERATIONAL_BENCH}
+    return out
+
+
+def trained_config_json(config: Mapping[str, Any], seed: int, kind: JobKind = GRPO) -> str:
+    """:func:`trained_config` as compact, key-sorted JSON (stable, so Snakemake's params compare equal)."""
+    return json.dumps(trained_config(config, seed, kind), sort_keys=True, separators=(",", ":"), default=str)

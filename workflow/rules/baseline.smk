@@ -11,6 +11,7 @@ import json
 import sys
 from pathlib import Path
 
+from olmpipe.generate.tracked import generation_trigger_json
 from olmpipe.layout import baseline_run_dir
 
 # Interpreter of the generation jobs: Snakemake's own, where olmpipe is installed (as for training).
@@ -20,6 +21,9 @@ GENERATE_PYTHON = sys.executable
 GENERATE_SETTINGS = json.dumps(
     {k: config[k] for k in ("model", "generation", "eval_run")}
 )
+
+# What changes the generations: the generation jobs' rerun trigger (docs/reruns.md).
+GENERATE_TRIGGER = generation_trigger_json(config)
 
 # The run folder of a generation job: the folder of its scores.json (a params function).
 RUN_FOLDER = lambda wildcards, output: str(Path(output.scores).parent)
@@ -50,11 +54,10 @@ rule baseline_generate:
     params:
         # The stage's entry point (module and arguments).
         entry="olmpipe.evaluate.baseline",
-        # Both generation rules get exactly these sections and code: changing any of them reruns
-        # both stages, so the two runs never differ in settings.
-        model=config["model"],
-        generation=config["generation"],
-        eval_run=config["eval_run"],
+        # Both generation rules get exactly these settings and code: changing what they generate
+        # (olmpipe.generate.tracked: not batch size, concurrency, timeouts) reruns both stages, so
+        # the two runs never differ in settings.
+        trigger=GENERATE_TRIGGER,
         # Editing the generation, prompt, scoring or stage code reruns the job; finished
         # generations are reused from the journal unless olmpipe.generate/prompts changed.
         code=rule_code_version("generate"),
@@ -62,7 +65,8 @@ rule baseline_generate:
         offline=OFFLINE,
         out_dir=RUN_FOLDER,
         python=GENERATE_PYTHON,
-        settings=GENERATE_SETTINGS,
+        # every section the job reads; a function of `output`, so not a rerun trigger
+        settings=lambda wildcards, output: GENERATE_SETTINGS,
     # exec: the job's process is Snakemake's child, and --exit-with-job stops it when Snakemake is gone
     # (kill -9, a closed terminal); the journal keeps every finished generation.
     shell:

@@ -15,6 +15,7 @@ from olmpipe.bench.folders import (
     pdf_path_for,
 )
 from olmpipe.codeversion import rule_code_version
+from olmpipe.records.stamps import write_stamp
 from olmpipe.models.hub import offline_prefix
 from olmpipe.layout import (
     COMPARISON_CSV,
@@ -35,6 +36,7 @@ from olmpipe.layout import (
     final_model_dir,
     grpo_base_dir,
     hub_model,
+    input_stamp,
     model_dir,
     model_input,
     plot_path,
@@ -99,18 +101,59 @@ def eval_run_outputs(run):
 
 
 def rasterize_input(wildcards):
-    """Every PDF of every bench, the input of the rasterize job (`x.PDF` keeps its case).
+    """The input of the rasterize job: for each bench folder, the content stamp of its PDFs
+    (olmpipe.records.stamps: a touched, unchanged PDF of any size reruns nothing; a changed, added
+    or removed one reruns rasterize, which renders only that PDF again).
 
-    The synthetic bench's PDFs (synth.enabled) are known once the synth_tests checkpoint has run.
+    The synthetic bench's PDFs (synth.enabled) are the synth_tests checkpoint's outputs, known once
+    it has run, and are inputs themselves (Snakemake tracks the outputs of its own jobs).
     """
-    pdfs = []
+    inputs = []
     for bench in BENCHES:
         if bench.dir == SYNTH_BENCH_DIR and config["synth"]["enabled"]:
             files = pdf_files(checkpoints.synth_tests.get().output.bench)
+            inputs += [
+                pdf_path_for(bench.dir, stem, pdf) for stem, pdf in files.items()
+            ]
         else:
-            files = PDF_FILES[bench.pages]
-        pdfs += [pdf_path_for(bench.dir, stem, pdf) for stem, pdf in files.items()]
-    return pdfs
+            inputs.append(BENCH_STAMPS[bench.pages]["pdfs"])
+    return inputs
+
+
+def bench_stamps(bench):
+    """The content stamps (olmpipe.records.stamps) of a source bench's PDFs and test files,
+    written now, when the workflow is parsed, if their content changed."""
+    pdfs = [
+        pdf_path_for(bench.dir, stem, pdf)
+        for stem, pdf in PDF_FILES[bench.pages].items()
+    ]
+    return {
+        "pdfs": write_stamp(pdfs, input_stamp(bench.pages, "pdfs")),
+        "tests": write_stamp(
+            bench_test_files(bench.dir), input_stamp(bench.pages, "tests")
+        ),
+    }
+
+
+# The content stamps of the benches read from folders (not the synthetic bench: its files are the
+# outputs of a job).
+BENCH_STAMPS = {
+    bench.pages: bench_stamps(bench)
+    for bench in BENCHES
+    if bench.dir != SYNTH_BENCH_DIR
+}
+
+
+def validate_tests_input(wildcards):
+    """The test files validate reads: each source bench's content stamp of them, the synthetic
+    bench's files themselves."""
+    inputs = []
+    for bench in BENCHES:
+        if bench.dir == SYNTH_BENCH_DIR:
+            inputs += bench_test_files(bench.dir)
+        else:
+            inputs.append(BENCH_STAMPS[bench.pages]["tests"])
+    return inputs
 
 
 def launch_of(kind, run_dir, model):

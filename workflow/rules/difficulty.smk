@@ -13,6 +13,7 @@
 from olmpipe.difficulty.settings import (
     FilterSettings,
     job_config_json,
+    job_trigger_json,
     training_batch_pages,
 )
 from olmpipe.layout import (
@@ -49,7 +50,9 @@ rule difficulty_sample:
     params:
         # The sections the job reads, reduced to what changes its result (a function: evaluated,
         # and k checked against its maximum, only when the stage is part of the run).
-        settings=lambda wildcards: job_config_json(config),
+        settings=lambda wildcards, output: job_config_json(config),
+        # What changes the samples: the rerun trigger (not batch size, timeouts, model.name).
+        trigger=lambda wildcards: job_trigger_json(config),
         code=rule_code_version("difficulty_sample"),
         # No hub look-up: the model is a folder (a downloaded hub id included).
         offline=OFFLINE,

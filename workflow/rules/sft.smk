@@ -6,7 +6,7 @@
 #
 # As for train_seed, only the final model folder (and the copy of the run's metrics) is a Snakemake
 # output: the checkpoints beside it survive a failed or preempted job, and a rerun resumes.
-from olmpipe.job.jobconfig import seed_config_json
+from olmpipe.job.jobconfig import seed_config_json, trained_config_json
 from olmpipe.job.kinds import SFT
 from olmpipe.launch.slurm import slurm_node_resources
 from olmpipe.layout import (
@@ -70,8 +70,13 @@ rule sft_seed:
     params:
         offline=OFFLINE,
         run_dir=lambda wildcards: sft_run_dir(wildcards.seed),
-        # The sections an SFT job reads, reduced to this seed (olmpipe.job.jobconfig).
-        config=lambda wildcards: seed_config_json(config, int(wildcards.seed), SFT),
+        # The sections an SFT job reads, reduced to this seed (olmpipe.job.jobconfig): a function of
+        # `resources`, so not a rerun trigger (its checkpointing and logging settings rerun nothing).
+        config=lambda wildcards, resources: seed_config_json(
+            config, int(wildcards.seed), SFT
+        ),
+        # What changes the weights the job writes: the rerun trigger.
+        trained=lambda wildcards: trained_config_json(config, int(wildcards.seed), SFT),
         # `python -m olmpipe.sft` (or accelerate/torchrun/srun), after the memory plan and the
         # resume check of this seed's run folder (common.smk launch_of).
         launch=launch_of(SFT, sft_run_dir, MODEL_DIR),

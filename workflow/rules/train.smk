@@ -5,7 +5,7 @@
 # checkpoints, metrics.jsonl/csv, completions/ and wandb/ live beside it in results/train/seed{seed}/ and survive a failed or preempted job
 # (Snakemake deletes the outputs of failed jobs), so running the job again resumes (`train.resume:
 # auto`). A job stopped by SIGTERM checkpoints and exits with code 75.
-from olmpipe.job.jobconfig import seed_config_json
+from olmpipe.job.jobconfig import seed_config_json, trained_config_json
 from olmpipe.job.kinds import GRPO
 from olmpipe.launch.slurm import slurm_node_resources
 
@@ -46,8 +46,14 @@ rule train_seed:
         # folder (a downloaded hub id included).
         offline=OFFLINE,
         run_dir=lambda wildcards: TRAIN_RUN.format(seed=wildcards.seed),
-        # The sections training reads, reduced to this seed: adding a seed reruns no other seed.
-        config=lambda wildcards: seed_config_json(config, int(wildcards.seed)),
+        # The sections training reads, reduced to this seed: adding a seed reruns no other seed. A
+        # function of `resources`, so not a rerun trigger (olmpipe.job.jobconfig): a changed
+        # logging or checkpoint interval reruns nothing and applies the next time the job runs.
+        config=lambda wildcards, resources: seed_config_json(
+            config, int(wildcards.seed)
+        ),
+        # What changes the weights the job writes: the rerun trigger (docs/reruns.md).
+        trained=lambda wildcards: trained_config_json(config, int(wildcards.seed)),
         # `python -m olmpipe.train`, accelerate/torchrun with one process per training GPU and the
         # accelerate config of resources.train.strategy, or srun with one launcher per node. The
         # memory plan is checked first (olmpipe/plan/memory.py): a job that cannot fit in

@@ -8,7 +8,8 @@
 rule validate:
     input:
         manifest=rules.rasterize.output.manifest,
-        tests=[f for bench in BENCHES for f in bench_test_files(bench.dir)],
+        # content stamps of the test files (common.smk validate_tests_input)
+        tests=validate_tests_input,
     output:
         tests=directory(validate_outputs()["tests"]),
         report=validate_outputs()["report"],
