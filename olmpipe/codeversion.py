@@ -16,6 +16,7 @@ rules whose listed code really changed.
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import importlib.util
 from collections.abc import Mapping
@@ -146,12 +147,98 @@ def rule_code_version(name: str) -> str:
     >>> rule_code_version("rasterize") == code_version("olmpipe.rasterize")
     True
     """
+    return code_version(*rule_modules(name))
+
+
+#: Packages that a rule's list may name whole but that stand for the modules of theirs the rule's
+#: other modules import (:func:`rule_modules`): the file owners of :mod:`olmpipe.records`, so that
+#: editing ``records/synth.py`` or ``records/difficulty.py`` reruns the stages that read or write
+#: those files and not baseline generation or training.
+BY_IMPORT = ("olmpipe.records",)
+#: Modules whose imports :func:`imported_closure` does not follow: the result paths, which import
+#: every records module for its file names. A changed path is a changed output, which Snakemake sees
+#: itself (the module docstring), so the records modules a rule reaches only through the paths do
+#: not rerun it.
+NOT_FOLLOWED = ("olmpipe.layout",)
+
+
+def rule_modules(name: str) -> tuple[str, ...]:
+    """The modules whose source makes rule ``name``'s code version: :data:`RULE_CODE`'s list, with
+    each package of :data:`BY_IMPORT` replaced by the modules of it that the listed code imports,
+    directly or through each other (read from the source with :mod:`ast`, function-level imports
+    included; nothing is imported)."""
     try:
-        modules = RULE_CODE[name]
+        listed = RULE_CODE[name]
     except KeyError:
         raise KeyError(f"rule_code_version: no code list for {name!r}; add it to RULE_CODE "
                        f"(known: {', '.join(sorted(RULE_CODE))})") from None
-    return code_version(*modules)
+    direct = [m for m in listed if m not in BY_IMPORT]
+    by_import = [p for p in listed if p in BY_IMPORT]
+    if not by_import:
+        return tuple(listed)
+    used = imported_closure(direct)
+    picked = sorted(m for m in used if any(m == p or m.startswith(p + ".") for p in by_import))
+    return (*direct, *picked)
+
+
+def _imports_of(path: Path, module: str, is_package: bool) -> set[str]:
+    """Dotted ``olmpipe`` modules (or the names imported from them) that the file of ``module`` imports."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    package = module if is_package else module.rpartition(".")[0]
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names if a.name.split(".")[0] == "olmpipe")
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                parts = package.split(".")
+                base = ".".join(parts[: len(parts) - node.level + 1])
+                src = f"{base}.{node.module}" if node.module else base
+            else:
+                src = node.module or ""
+            if src.split(".")[0] != "olmpipe":
+                continue
+            out.add(src)
+            out.update(f"{src}.{a.name}" for a in node.names)  # `from pkg import module`
+    return out
+
+
+def _source_of(module: str) -> tuple[Path, bool] | None:
+    """The source file of an ``olmpipe`` module and whether it is a package's ``__init__``, found from
+    the package's folder (``find_spec`` would import the parent packages); None: not a module."""
+    root = Path(__file__).resolve().parent
+    parts = module.split(".")[1:]
+    path = root.joinpath(*parts)
+    if (path / "__init__.py").is_file():
+        return path / "__init__.py", True
+    if path.with_suffix(".py").is_file():
+        return path.with_suffix(".py"), False
+    return None
+
+
+def imported_closure(modules: list[str] | tuple[str, ...]) -> set[str]:
+    """Every ``olmpipe`` module that ``modules`` (packages: all their files) import, transitively,
+    with ``modules``' own; names that are not modules (a function imported from a module) are
+    dropped. A module's parent packages count too (importing it runs their ``__init__``)."""
+    seen: set[str] = set()
+    todo = list(modules)
+    while todo:
+        module = todo.pop()
+        if module in seen or module.split(".")[0] != "olmpipe" or module in NOT_FOLLOWED:
+            continue
+        found = _source_of(module)
+        if found is None:
+            continue
+        seen.add(module)
+        path, is_package = found
+        todo.extend(_imports_of(path, module, is_package))
+        parent = module.rpartition(".")[0]
+        if parent:
+            todo.append(parent)
+        if is_package and module in modules:  # a listed package stands for every file below it
+            todo.extend(".".join([module, *p.relative_to(path.parent).with_suffix("").parts])
+                        for p in path.parent.rglob("*.py") if p.name != "__init__.py")
+    return seen
 
 
 def module_files(module: str) -> tuple[Path, list[Path]]:

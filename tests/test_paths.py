@@ -40,7 +40,6 @@ ALLOWED = {
     "model.safetensors": "transformers' single-file weights (SAFE_WEIGHTS_NAME)",
     "model.safetensors.index.json": "transformers' sharded weights index (SAFE_WEIGHTS_INDEX_NAME)",
     "pytorch_model.bin.index.json": "transformers' sharded .bin weights index (WEIGHTS_INDEX_NAME)",
-    "*.safetensors": "the weight files of a Hugging Face model folder",
     "trainer_state.json": "transformers' checkpoint state file (TRAINER_STATE_NAME, transformers/trainer.py)",
     "tokenizer.json": "the tokenizers library's file a Qwen tokenizer loads from (olmpipe.models.folder)",
     "vocab.json": "a BPE tokenizer's vocabulary (transformers' Qwen2Tokenizer VOCAB_FILES_NAMES), olmpipe.models.folder",
