@@ -177,7 +177,9 @@ def rule_modules(name: str) -> tuple[str, ...]:
     if not by_import:
         return tuple(listed)
     used = imported_closure(direct)
-    picked = sorted(m for m in used if any(m == p or m.startswith(p + ".") for p in by_import))
+    # modules only: a package name would stand for every file below it (its __init__ runs, but the
+    # file owners' package __init__ holds no code)
+    picked = sorted(m for m in used if any(m.startswith(p + ".") for p in by_import) and not _source_of(m)[1])
     return (*direct, *picked)
 
 

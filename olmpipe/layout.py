@@ -379,6 +379,19 @@ def model_path_problem(cfg: Mapping[str, Any]) -> str | None:
     return None
 
 
+#: The tiny model's default architecture (``model.tiny.architecture``), built into :data:`TINY_MODEL_DIR`.
+DEFAULT_TINY_ARCHITECTURE = "qwen2_5_vl"
+
+
+def tiny_model_dir(architecture: str) -> str:
+    """The folder of the embedded tiny model of ``architecture``: :data:`TINY_MODEL_DIR` for the
+    default one, ``results/model/tiny-<architecture>`` for another, so that switching the
+    architecture and back rebuilds nothing and deletes no model (docs/reruns.md)."""
+    if architecture == DEFAULT_TINY_ARCHITECTURE:
+        return str(TINY_MODEL_DIR)
+    return str(TINY_MODEL_DIR.with_name(f"{TINY_MODEL_DIR.name}-{architecture}"))
+
+
 def hub_model_dir(repo_id: str, revision: str) -> str:
     """The folder a hub model's revision is downloaded into: ``results/model/hub/<org>--<name>/<revision>``
     (``/`` in a revision such as ``refs/pr/1`` becomes ``--``)."""
@@ -393,7 +406,7 @@ def model_dir(cfg: Mapping[str, Any]) -> str:
     the jobs read its folder offline (:mod:`olmpipe.models.hub`).
     """
     if cfg["model"]["path"] == "embedded":
-        return str(TINY_MODEL_DIR)
+        return tiny_model_dir(cfg["model"]["tiny"]["architecture"])
     hub = hub_model(cfg)
     return hub_model_dir(*hub) if hub else cfg["model"]["path"]
 

@@ -89,7 +89,9 @@ def test_added_pdf_rasterizes_only_that_pdf(workdir):
     records = sample_records((*{r["pdf"] for r in sample_records()}, "lincoln_letter.pdf"))
     write_jsonl(workdir / "bench" / "dataset.jsonl", records)
     dry = snakemake(workdir, "validate", "--dry-run")
-    assert "bench/pdfs/lincoln_letter.pdf" in dry.stdout
+    # rasterize's input is the content stamp of the PDFs (olmpipe.records.stamps), which now names it
+    assert job_counts(dry) == {"rasterize": 1, "validate": 1}
+    assert "bench/pdfs/lincoln_letter.pdf" in (workdir / "results/rasterize/inputs/pages-pdfs.json").read_text()
     assert job_counts(snakemake(workdir, "validate")) == {"rasterize": 1, "validate": 1}
     # the one rasterize job rendered the new PDF and left every other page untouched
     assert {png: png.stat().st_mtime_ns for png in before} == before

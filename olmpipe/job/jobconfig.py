@@ -22,7 +22,7 @@ from typing import Any
 
 from olmpipe.job.kinds import GRPO, JobKind
 
-__all__ = ["OPERATIONAL", "seed_config", "seed_config_json", "trained_config", "trained_config_json"]
+__all__ = ["OPERATIONAL", "OPERATIONAL_BENCH", "rewards_trigger_json", "seed_config", "seed_config_json", "trained_config", "trained_config_json"]
 
 #: Sections of the config a training job reads.
 TRAIN_SECTIONS = ("model", "rewards", "train")
@@ -88,3 +88,12 @@ def trained_config(config: Mapping[str, Any], seed: int, kind: JobKind = GRPO) -
 def trained_config_json(config: Mapping[str, Any], seed: int, kind: JobKind = GRPO) -> str:
     """:func:`trained_config` as compact, key-sorted JSON (stable, so Snakemake's params compare equal)."""
     return json.dumps(trained_config(config, seed, kind), sort_keys=True, separators=(",", ":"), default=str)
+
+
+def rewards_trigger_json(config: Mapping[str, Any]) -> str:
+    """The ``rewards`` section without :data:`OPERATIONAL_BENCH`, as stable JSON: the rerun trigger of
+    a rule that scores with the rewards (``validate_audit``), which receives the whole section through
+    a derived param."""
+    rewards = deepcopy(dict(config["rewards"]))
+    rewards["bench"] = {k: v for k, v in rewards["bench"].items() if k not in OPERATIONAL_BENCH}
+    return json.dumps(rewards, sort_keys=True, separators=(",", ":"), default=str)

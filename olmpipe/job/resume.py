@@ -298,6 +298,11 @@ def _shown(state: LastState, settings: Mapping[str, Any], changed: list[str]) ->
     return shown + (f" and {len(changed) - 12} more" if len(changed) > 12 else "")
 
 
+def stored_model(state: LastState) -> str:
+    """The base model folder a run's checkpoint or kept model records (``?`` when it has none)."""
+    return str(state.stored.get("settings", {}).get("model", "?"))
+
+
 def mismatch_message(state: LastState, settings: Mapping[str, Any], changed: list[str], run_dir: Path, *,
                      planned: bool = False, final_dir: str | Path | None = None) -> str:
     """What :class:`ResumeMismatchError` says: the changed keys, what happened on disk (true in
@@ -328,6 +333,13 @@ def mismatch_message(state: LastState, settings: Mapping[str, Any], changed: lis
     kind = _kind_of(settings)
     steps_key = f"{kind.section}.{kind.knobs_key}.max_steps"
     max_steps = settings.get(steps_key)
+    if "model" in changed or any(k.startswith(f"{BASE_MODEL}.") for k in changed):
+        # another base model: its checkpoint cannot be continued (other shapes or weights); the two ways
+        # on are going back to that model, which reruns nothing, or a fresh run beside the old one
+        return text + (f" Either go back to the model this run was trained from ({stored_model(state)}: its model.* "
+                       "settings; nothing is then trained again) or start over with this one "
+                       f"({kind.section}.resume: restart; the old run is moved to {run_dir.name}.old-<time>/, not "
+                       f"deleted, and moving it back to {run_dir.name}/ later resumes it).")
     if isinstance(max_steps, int) and 0 < max_steps <= state.step:  # finished: `continue` trains nothing
         go_on = (f"keep that run's model as it is ({kind.section}.resume: continue; it is at step {state.step} of "
                  f"{steps_key} {max_steps}, so the new settings train nothing unless max_steps grows)")

@@ -26,6 +26,7 @@ from olmpipe.layout import (
     SOUP_MODEL_DIR,
     SYNTH_BENCH_DIR,
     TINY_MODEL_DIR,
+    tiny_model_dir,
     TRAIN_RUN,
     ModelPathError,
     audit_outputs,

@@ -4,7 +4,8 @@
 
 rule build_model:
     output:
-        model=directory(str(TINY_MODEL_DIR)),
+        # results/model/tiny, or results/model/tiny-<architecture> for another architecture
+        model=directory(tiny_model_dir(config["model"]["tiny"]["architecture"])),
     log:
         "logs/build_model/build_model.log",
     conda:
@@ -26,7 +27,7 @@ if HUB_MODEL:
 
     rule download_model:
         output:
-            model=directory(MODEL_DIR),
+            model=directory(tiny_model_dir(config["model"]["tiny"]["architecture"])),
         log:
             "logs/download_model/download_model.log",
         localrule: True

@@ -4,6 +4,8 @@
 # front matter alone, ...) on every validated page with the configured rewards, with and without the
 # short-answer guard (olmpipe/validate/audit.py).
 
+from olmpipe.job.jobconfig import rewards_trigger_json
+
 
 rule validate:
     input:
@@ -53,7 +55,10 @@ rule validate_audit:
         mem_mb=4000,
         runtime=30,
     params:
-        rewards=config["rewards"],
+        # the rewards as configured (not a rerun trigger: a function of `output`) and what of them
+        # changes the audit (not the scoring workers' processes, timeouts, memory)
+        rewards=lambda wildcards, output: config["rewards"],
+        rewards_trigger=rewards_trigger_json(config),
         audit=config["validate"]["audit"],
         max_completion_length=config["train"]["grpo"]["max_completion_length"],
         code=rule_code_version("validate_audit"),
