@@ -69,7 +69,8 @@ MATRIX = [
     ("a changed test line", "edit-bench", "blanks.jsonl", AFTER_VALIDATE),
     # code
     ("olmpipe/records/synth.py (synth off)", "edit-code", "records/synth.py", set()),
-    ("olmpipe/records/difficulty.py (difficulty off)", "edit-code", "records/difficulty.py", {"validate_audit"}),
+    ("olmpipe/records/difficulty.py (difficulty off)", "edit-code", "records/difficulty.py",
+     {"validate_audit", "report_plots", "report_html"}),
     ("olmpipe/synth/mine.py (synth off)", "edit-code", "synth/mine.py", set()),
     ("olmpipe/report/plots.py", "edit-code", "report/plots.py", {"report_plots", "report_html"}),
     ("olmpipe/evaluate/stats.py", "edit-code", "evaluate/stats.py", COMPARE),

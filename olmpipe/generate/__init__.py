@@ -13,6 +13,7 @@ server). All three return :class:`~olmpipe.generate.base.Completion` objects, an
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -72,23 +73,51 @@ def make_backend(generation: Mapping[str, Any], model_path: str | Path) -> Gener
     raise ValueError(f"generation.backend: unknown backend {name!r}; choose one of {', '.join(BACKENDS)}")
 
 
-#: Files of a model folder whose bytes decide what it generates: weights, config, generation
-#: config, processor and tokenizer. Not among them: olmpipe's own records (``olmpipe_*``) and the
-#: trainer's pickled arguments (``training_args.bin``, transformers' ``TRAINING_ARGS_NAME``: it holds
-#: the logging and checkpoint settings of the run that wrote the folder).
+#: Files of a model folder that decide what it generates: weights, config, generation config,
+#: processor and tokenizer. Not among them: olmpipe's own records (``olmpipe_*``) and the trainer's
+#: pickled arguments (``training_args.bin``, transformers' ``TRAINING_ARGS_NAME``: it holds the
+#: logging and checkpoint settings of the run that wrote the folder) and a checkpoint's ``trainer_state.json``.
 IDENTITY_SUFFIXES = (".safetensors", ".bin", ".json", ".jinja", ".txt", ".model")
-NOT_IDENTITY = ("training_args.bin",)
+NOT_IDENTITY = ("training_args.bin", "trainer_state.json")
+#: Runtime state that transformers writes into a folder's JSON files and that generation sets
+#: itself: a model saved during training has ``use_cache: false`` in its config and the training
+#: padding in ``tokenizer.json``, the same weights saved again from a checkpoint have neither. The
+#: generation backends set the cache and the (left) padding themselves, so these keys are not
+#: part of what the folder generates.
+RUNTIME_KEYS = {"config.json": ("use_cache",), "tokenizer.json": ("padding", "truncation")}
+
+
+def _without(value: Any, keys: tuple[str, ...]) -> Any:
+    if isinstance(value, dict):
+        return {k: _without(v, keys) for k, v in value.items() if k not in keys}
+    if isinstance(value, list):
+        return [_without(v, keys) for v in value]
+    return value
+
+
+def _file_identity(path: Path) -> str:
+    """sha256 of a file's bytes; of its canonical JSON without :data:`RUNTIME_KEYS` for those files."""
+    keys = RUNTIME_KEYS.get(path.name)
+    if keys:
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return file_sha256(path)
+        canonical = json.dumps(_without(data, keys), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(canonical.encode()).hexdigest()
+    return file_sha256(path)
 
 
 def model_identity(model_path: str | Path) -> str:
     """A short hash of what decides the generations of the model behind ``model_path``.
 
-    For a local folder: the sha256 of the bytes of its weight, config, processor and tokenizer files
-    (:data:`IDENTITY_SUFFIXES`, top level, by name), so that a model retrained to the same weights, a
-    copied folder or a touched file keeps its identity -- and its finished generations in the journal
-    -- while any changed byte gives a new one. Hashing reads the whole folder (about 10 s for a 7B
-    model's 15 GB, against hours of generation it saves); modification times are never part of it.
-    For anything else (a hub id, a server-side model): the string itself.
+    For a local folder: the sha256 of its weight, config, processor and tokenizer files
+    (:data:`IDENTITY_SUFFIXES`, top level, by name; :data:`RUNTIME_KEYS` left out), so that a model
+    retrained to the same weights, a copied folder or a touched file keeps its identity -- and its
+    finished generations in the journal -- while a changed weight or setting gives a new one.
+    Hashing reads the whole folder (about 10 s for a 7B model's 15 GB, against hours of generation
+    it saves); modification times are never part of it. For anything else (a hub id, a server-side
+    model): the string itself.
     """
     folder = Path(model_path)
     if not folder.is_dir():
@@ -97,7 +126,7 @@ def model_identity(model_path: str | Path) -> str:
     for path in sorted(folder.iterdir()):
         if (path.is_file() and path.suffix in IDENTITY_SUFFIXES and not path.name.startswith("olmpipe_")
                 and path.name not in NOT_IDENTITY):
-            digest.update(f"{path.name}\0{file_sha256(path)}\0".encode())
+            digest.update(f"{path.name}\0{_file_identity(path)}\0".encode())
     return digest.hexdigest()[:16]
 
 

@@ -32,6 +32,11 @@ anew (:func:`decide` treats it as the run's last state). :func:`check_workflow_r
 it deletes anything.
 
 Only rank 0 moves files; :func:`decide` is read-only, so every rank computes the same decision.
+
+The module is a little over 500 lines on purpose: the settings a checkpoint records, their
+comparison and the refusal that explains it are one contract (what is compared is what the message
+names, and what the workflow's plan-time check and the job's own check both decide), and splitting
+them would put the two halves of each rule in two files.
 """
 
 from __future__ import annotations
