@@ -61,6 +61,26 @@ def test_same_seed_same_weights(tmp_path):
     assert (a / "model.safetensors").read_bytes() == (b / "model.safetensors").read_bytes()
 
 
+def test_vision_scale_and_image_mean_change_only_the_vision_output_and_the_pixel_mean(tmp_path):
+    """The options config/learn.yaml sets (model.tiny.vision_scale, image_mean); the defaults build
+    the same model as before."""
+    from safetensors.torch import load_file
+
+    from olmpipe.models.tiny import build_tiny_model
+
+    plain = build_tiny_model(tmp_path / "plain", seed=1)
+    learn = build_tiny_model(tmp_path / "learn", seed=1, vision_scale=30.0, image_mean=1.0)
+    a, b = load_file(plain / "model.safetensors"), load_file(learn / "model.safetensors")
+    changed = sorted(k for k in a if not torch.equal(a[k], b[k]))
+    assert changed == ["visual.merger.mlp.2.weight"], changed
+    assert torch.allclose(b[changed[0]], 30.0 * a[changed[0]])
+    processor = json.loads((learn / "processor_config.json").read_text())
+    assert processor["image_processor"]["image_mean"] == [1.0, 1.0, 1.0]
+    assert json.loads((learn / "olmpipe_tiny.json").read_text())["image_mean"] == 1.0
+    default = json.loads((plain / "processor_config.json").read_text())["image_processor"]["image_mean"]
+    assert default != [1.0, 1.0, 1.0]
+
+
 def test_rejects_a_bad_shape(tmp_path):
     from olmpipe.models.tiny import build_tiny_model
 
