@@ -283,12 +283,15 @@ def build_tiny_model(
     architecture: str = DEFAULT_ARCHITECTURE,
     vision_scale: float = 1.0,
     image_mean: float | None = None,
+    num_heads: int | None = None,
 ) -> Path:
     """Build the embedded tiny model of ``architecture`` and save model, tokenizer and processor to ``out_dir``.
 
     Deterministic for a given seed, shape and architecture: the same arguments give the same weights.
     ``vision_scale`` multiplies the initial weights of the vision tower's output layer
-    (:func:`scale_vision_output`); ``image_mean`` is the processor's pixel mean (:func:`build_processor`).
+    (:func:`scale_vision_output`); ``image_mean`` is the processor's pixel mean (:func:`build_processor`);
+    ``num_heads`` the text model's attention heads (None: :func:`text_heads`; Qwen2-family heads are
+    ``hidden_size / num_heads`` wide, Qwen3's :data:`TEXT_HEAD_DIM`).
     """
     import torch
     import transformers
@@ -298,10 +301,13 @@ def build_tiny_model(
         raise ValueError(f"architecture must be one of {', '.join(ARCHITECTURES)}, got {architecture!r}")
     arch = ARCHITECTURES[architecture]
     spec = TinySpec(seed=seed, hidden_size=hidden_size, num_layers=num_layers, vocab_size=vocab_size,
-                    num_heads=text_heads(hidden_size), architecture=architecture, vision_scale=vision_scale,
+                    num_heads=num_heads or text_heads(hidden_size), architecture=architecture, vision_scale=vision_scale,
                     image_mean=image_mean)
     if hidden_size % 8:
         raise ValueError(f"hidden_size must be a multiple of 8, got {hidden_size}")
+    if hidden_size % spec.num_heads or (hidden_size // spec.num_heads) % 8:
+        raise ValueError(f"num_heads {spec.num_heads} must split hidden_size {hidden_size} into heads of a multiple "
+                         f"of 8")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     tokenizer = build_tokenizer(spec)
@@ -336,13 +342,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--architecture", choices=sorted(ARCHITECTURES), default=DEFAULT_ARCHITECTURE)
     parser.add_argument("--vision-scale", type=float, default=TinySpec.vision_scale,
                         help="factor on the initial weights of the vision tower's output layer")
+    parser.add_argument("--num-heads", type=int, default=None, help="text attention heads (default: heads of 64)")
     parser.add_argument("--image-mean", type=float, default=None,
                         help="pixel mean of the processor for all three channels (default: the architecture's)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     build_tiny_model(args.out_dir, seed=args.seed, hidden_size=args.hidden_size,
                      num_layers=args.num_layers, vocab_size=args.vocab_size, architecture=args.architecture,
-                     vision_scale=args.vision_scale, image_mean=args.image_mean)
+                     vision_scale=args.vision_scale, image_mean=args.image_mean,
+                     num_heads=args.num_heads)
     return 0
 
 

@@ -3,7 +3,8 @@
 A task a tiny model can learn to read on a laptop (README "A run that learns", ``config/learn.yaml``):
 ``synth.words.vocabulary`` made-up words of ``letters`` lowercase letters, drawn once from
 ``synth.seed``, and ``pages`` pages of ``lines`` lines, each line one word of the vocabulary (no
-word twice on a page, so every ``order`` test the miner draws has one right answer), printed at
+word twice on a page, so every ``order`` test the miner draws has one right answer; with
+``in_order`` the words of a page keep the vocabulary's order), printed at
 ``font_px`` CSS pixels on a ``synth.page_width_pt`` x ``synth.page_height_pt`` page. The miner then
 finds one block per line: ``order`` tests (pairs of lines; a word needs 5 letters or more to get one,
 ``olmpipe.synth.mine``) and the ``baseline`` test; ``present`` tests need sentences of 20
@@ -44,12 +45,14 @@ def vocabulary(size: int, letters: int, *, seed: int) -> list[str]:
     return list(words)
 
 
-def page_words(vocab: list[str], lines: int, *, seed: int, index: int) -> list[str]:
-    """The words of page ``index``: ``lines`` distinct words of ``vocab`` in a seeded order."""
+def page_words(vocab: list[str], lines: int, *, seed: int, index: int, in_order: bool = False) -> list[str]:
+    """The words of page ``index``: ``lines`` distinct words of ``vocab`` in a seeded order, or in the
+    vocabulary's order with ``in_order``."""
     if lines > len(vocab):
         raise ValueError(f"synth.words.lines ({lines}) is more than the vocabulary ({len(vocab)} words): a page "
                          f"holds no word twice")
-    return random.Random(f"{seed}:words:page:{index}").sample(vocab, lines)
+    words = random.Random(f"{seed}:words:page:{index}").sample(vocab, lines)
+    return sorted(words, key=vocab.index) if in_order else words
 
 
 def word_pages(synth: Mapping[str, Any]) -> list[tuple[str, str]]:
@@ -59,7 +62,7 @@ def word_pages(synth: Mapping[str, Any]) -> list[tuple[str, str]]:
     pad = max(2, spec["font_px"] // 4)
     out = []
     for index in range(spec["pages"]):
-        words = page_words(vocab, spec["lines"], seed=synth["seed"], index=index)
+        words = page_words(vocab, spec["lines"], seed=synth["seed"], index=index, in_order=spec["in_order"])
         lines = "\n".join(f"<p>{word}</p>" for word in words)
         out.append((f"words_{index:04d}", PAGE_HTML.format(pad=pad, font=spec["font_px"], lines=lines)))
     return out

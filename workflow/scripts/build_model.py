@@ -17,6 +17,7 @@ with rule_job(snakemake.log[0], "build_model"):  # noqa: F821
         num_layers=tiny["num_layers"],
         vision_scale=tiny["vision_scale"],
         image_mean=tiny["image_mean"],
+        num_heads=tiny["num_heads"],
         vocab_size=tiny["vocab_size"],
         architecture=tiny["architecture"],
     )
