@@ -61,24 +61,22 @@ def test_same_seed_same_weights(tmp_path):
     assert (a / "model.safetensors").read_bytes() == (b / "model.safetensors").read_bytes()
 
 
-def test_vision_scale_and_image_mean_change_only_the_vision_output_and_the_pixel_mean(tmp_path):
-    """The options config/learn.yaml sets (model.tiny.vision_scale, image_mean); the defaults build
-    the same model as before."""
-    from safetensors.torch import load_file
-
+def test_image_mean_and_num_heads_are_options_of_the_tiny_model(tmp_path):
+    """The options config/learn.yaml may set (model.tiny.image_mean, num_heads); the defaults build the
+    same model as before."""
     from olmpipe.models.tiny import build_tiny_model
 
     plain = build_tiny_model(tmp_path / "plain", seed=1)
-    learn = build_tiny_model(tmp_path / "learn", seed=1, vision_scale=30.0, image_mean=1.0)
-    a, b = load_file(plain / "model.safetensors"), load_file(learn / "model.safetensors")
-    changed = sorted(k for k in a if not torch.equal(a[k], b[k]))
-    assert changed == ["visual.merger.mlp.2.weight"], changed
-    assert torch.allclose(b[changed[0]], 30.0 * a[changed[0]])
-    processor = json.loads((learn / "processor_config.json").read_text())
+    other = build_tiny_model(tmp_path / "other", seed=1, image_mean=1.0, num_heads=4)
+    processor = json.loads((other / "processor_config.json").read_text())
     assert processor["image_processor"]["image_mean"] == [1.0, 1.0, 1.0]
-    assert json.loads((learn / "olmpipe_tiny.json").read_text())["image_mean"] == 1.0
-    default = json.loads((plain / "processor_config.json").read_text())["image_processor"]["image_mean"]
-    assert default != [1.0, 1.0, 1.0]
+    assert json.loads((plain / "processor_config.json").read_text())["image_processor"]["image_mean"] != [1.0] * 3
+    spec = json.loads((other / "olmpipe_tiny.json").read_text())
+    assert (spec["image_mean"], spec["num_heads"]) == (1.0, 4)
+    assert json.loads((other / "config.json").read_text())["text_config"]["num_attention_heads"] == 4
+    assert json.loads((plain / "olmpipe_tiny.json").read_text())["num_heads"] == 1
+    with pytest.raises(ValueError, match="num_heads"):
+        build_tiny_model(tmp_path / "bad", num_heads=3)
 
 
 def test_rejects_a_bad_shape(tmp_path):

@@ -88,7 +88,6 @@ class TinySpec:
     vision_depth: int = 2
     vision_heads: int = 2
     architecture: str = DEFAULT_ARCHITECTURE
-    vision_scale: float = 1.0
     image_mean: float | None = None
 
 
@@ -255,24 +254,6 @@ def text_heads(hidden_size: int) -> int:
     return max(1, hidden_size // TEXT_HEAD_DIM) if hidden_size % TEXT_HEAD_DIM == 0 else 1
 
 
-def scale_vision_output(model, factor: float) -> None:
-    """Multiply the weights of the vision tower's last linear layer (the patch merger's output) by ``factor``.
-
-    At the default initialisation the image tokens of the tiny model are about as large as its text
-    embeddings (RMS ~0.03) and vary from patch to patch by about half that. Fine-tuned at a large
-    learning rate (3e-3), the merger's output bias grows faster than that variation, and the text
-    model's input norm then scales the page away: every image token becomes the same vector and the
-    model writes without looking at the page (measured on the word pages of config/learn.yaml: the
-    same loss, to 6 digits, with another page's image). Larger initial weights keep the page in the
-    image tokens.
-    """
-    import torch
-
-    linears = [m for m in model.model.visual.merger.modules() if isinstance(m, torch.nn.Linear)]
-    with torch.no_grad():
-        linears[-1].weight.mul_(factor)
-
-
 def build_tiny_model(
     out_dir: str | Path,
     *,
@@ -281,15 +262,13 @@ def build_tiny_model(
     num_layers: int = 2,
     vocab_size: int = 1024,
     architecture: str = DEFAULT_ARCHITECTURE,
-    vision_scale: float = 1.0,
     image_mean: float | None = None,
     num_heads: int | None = None,
 ) -> Path:
     """Build the embedded tiny model of ``architecture`` and save model, tokenizer and processor to ``out_dir``.
 
     Deterministic for a given seed, shape and architecture: the same arguments give the same weights.
-    ``vision_scale`` multiplies the initial weights of the vision tower's output layer
-    (:func:`scale_vision_output`); ``image_mean`` is the processor's pixel mean (:func:`build_processor`);
+    ``image_mean`` is the processor's pixel mean (:func:`build_processor`);
     ``num_heads`` the text model's attention heads (None: :func:`text_heads`; Qwen2-family heads are
     ``hidden_size / num_heads`` wide, Qwen3's :data:`TEXT_HEAD_DIM`).
     """
@@ -301,8 +280,7 @@ def build_tiny_model(
         raise ValueError(f"architecture must be one of {', '.join(ARCHITECTURES)}, got {architecture!r}")
     arch = ARCHITECTURES[architecture]
     spec = TinySpec(seed=seed, hidden_size=hidden_size, num_layers=num_layers, vocab_size=vocab_size,
-                    num_heads=num_heads or text_heads(hidden_size), architecture=architecture, vision_scale=vision_scale,
-                    image_mean=image_mean)
+                    num_heads=num_heads or text_heads(hidden_size), architecture=architecture, image_mean=image_mean)
     if hidden_size % 8:
         raise ValueError(f"hidden_size must be a multiple of 8, got {hidden_size}")
     if hidden_size % spec.num_heads or (hidden_size // spec.num_heads) % 8:
@@ -315,8 +293,6 @@ def build_tiny_model(
     config = build_model_config(spec, tokenizer)
     torch.manual_seed(spec.seed)
     model = getattr(transformers, arch.model_class)(config).to(torch.float32)
-    if vision_scale != 1.0:
-        scale_vision_output(model, vision_scale)
     model.generation_config = GenerationConfig(
         eos_token_id=config.text_config.eos_token_id,
         pad_token_id=config.text_config.pad_token_id,
@@ -340,8 +316,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--num-layers", type=int, default=TinySpec.num_layers)
     parser.add_argument("--vocab-size", type=int, default=TinySpec.vocab_size)
     parser.add_argument("--architecture", choices=sorted(ARCHITECTURES), default=DEFAULT_ARCHITECTURE)
-    parser.add_argument("--vision-scale", type=float, default=TinySpec.vision_scale,
-                        help="factor on the initial weights of the vision tower's output layer")
     parser.add_argument("--num-heads", type=int, default=None, help="text attention heads (default: heads of 64)")
     parser.add_argument("--image-mean", type=float, default=None,
                         help="pixel mean of the processor for all three channels (default: the architecture's)")
@@ -349,7 +323,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     build_tiny_model(args.out_dir, seed=args.seed, hidden_size=args.hidden_size,
                      num_layers=args.num_layers, vocab_size=args.vocab_size, architecture=args.architecture,
-                     vision_scale=args.vision_scale, image_mean=args.image_mean,
+                     image_mean=args.image_mean,
                      num_heads=args.num_heads)
     return 0
 
