@@ -28,7 +28,7 @@ from types import MappingProxyType
 #: stands for every ``.py`` file below it. Read-only. The one table of code versions.
 RULE_CODE: Mapping[str, tuple[str, ...]] = MappingProxyType({
     # synth_html renders the pages it writes through the rasterizer.
-    "synth_html": ("olmpipe.synth.source", "olmpipe.rasterize", "olmpipe.records.synth"),
+    "synth_html": ("olmpipe.synth.source", "olmpipe.synth.words", "olmpipe.rasterize", "olmpipe.records.synth"),
     "synth_render": ("olmpipe.synth.render", "olmpipe.synth.visible", "olmpipe.synth.pagejs", "olmpipe.synth.legible", "olmpipe.synth.bench",
                      "olmpipe.records.synth"),
     "synth_tests": (

@@ -268,16 +268,22 @@ def bench_section(cfg: Mapping[str, Any]) -> dict[str, Any]:
     ``eval_dir`` the real eval bench (``bench.eval_dir``, or ``bench.dir`` when that is null). With
     a separate eval bench, validate assigns every page of ``dir`` to train and every page of
     ``eval_dir`` to eval, so no synthetic page is scored in evaluation and no real page is trained
-    on. The workflow (``common.smk``) and the ``olmpipe rasterize``/``validate`` commands call this
+    on. With ``synth.eval: held_out`` there is no eval bench: ``bench.split`` splits the synthetic
+    pages into train and held-out eval pages (the learning run, ``config/learn.yaml``). The workflow (``common.smk``) and the ``olmpipe rasterize``/``validate`` commands call this
     one function, so they read the same benches. Applying it twice changes nothing.
 
-    >>> cfg = {"bench": {"dir": "data/bench/x", "eval_dir": None, "split": {}}, "synth": {"enabled": True}}
+    >>> cfg = {"bench": {"dir": "data/bench/x", "eval_dir": None, "split": {}},
+    ...        "synth": {"enabled": True, "eval": "real"}}
     >>> bench_section(cfg)["dir"], bench_section(cfg)["eval_dir"]
     ('results/synth/bench', 'data/bench/x')
     """
     bench = copy.deepcopy(dict(cfg["bench"]))
     if cfg["synth"]["enabled"]:
-        bench["eval_dir"] = bench["eval_dir"] or bench["dir"]
+        if cfg["synth"]["eval"] == "held_out":
+            # train and eval pages both of the synthetic bench, split by bench.split
+            bench["eval_dir"] = None
+        else:
+            bench["eval_dir"] = bench["eval_dir"] or bench["dir"]
         bench["dir"] = SYNTH_BENCH_DIR
     return bench
 

@@ -31,13 +31,18 @@ def write_config(workdir: Path, enabled: bool, html_dir: Path = REPO / "data/syn
 
 
 def test_bench_section_swaps_in_the_synthetic_bench_only_when_enabled():
-    cfg = {"bench": {"dir": "real", "eval_dir": None, "split": {"seed": 1}}, "synth": {"enabled": False}}
+    cfg = {"bench": {"dir": "real", "eval_dir": None, "split": {"seed": 1}},
+           "synth": {"enabled": False, "eval": "real"}}
     assert bench_section(cfg) == cfg["bench"]
     cfg["synth"]["enabled"] = True
     assert bench_section(cfg) == {"dir": SYNTH_BENCH_DIR, "eval_dir": "real", "split": {"seed": 1}}
     cfg["bench"]["eval_dir"] = "held-out"
     assert bench_section(cfg)["eval_dir"] == "held-out"
     assert cfg["bench"]["dir"] == "real"  # the config itself is not changed
+    # synth.eval held_out: no eval bench; bench.split splits the synthetic pages (the learning run)
+    cfg["synth"]["eval"] = "held_out"
+    assert bench_section(cfg) == {"dir": SYNTH_BENCH_DIR, "eval_dir": None, "split": {"seed": 1}}
+    assert bench_section({**cfg, "bench": bench_section(cfg)}) == bench_section(cfg)
     assert "enabled" not in stage_params({"enabled": True, "seed": 0})
 
 

@@ -123,3 +123,24 @@ def test_vlm_answer_without_html_skips_the_page_with_its_reason(tmp_path, pdf_di
         entries = collect_html(cfg, tmp_path / "synth" / "html", journal_path=tmp_path / "j.jsonl")
     assert entries[0].status == "skipped" and "holds no HTML" in entries[0].error
     assert (tmp_path / "synth/html/index.jsonl").is_file()
+
+
+def test_word_pages_are_generated_from_the_seed_with_distinct_words_per_page(tmp_path):
+    from olmpipe.synth.words import page_words, vocabulary
+
+    synth = synth_config(source="words", words={"pages": 5, "vocabulary": 8, "letters": 5, "lines": 6})
+    entries = collect_html(synth, tmp_path / "html")
+    assert [e.name for e in entries] == [f"words_{i:04d}" for i in range(5)]
+    assert all(e.status == "ok" and e.source == "words" for e in entries)
+    vocab = vocabulary(8, 5, seed=0)
+    assert len(set(vocab)) == 8 and all(len(w) == 5 and w.isalpha() for w in vocab)
+    html = (tmp_path / "html" / "words_0000.html").read_text()
+    words = page_words(vocab, 6, seed=0, index=0)
+    assert len(set(words)) == 6 and "".join(f"<p>{w}</p>\n" for w in words).strip() in html
+    assert page_words(vocab, 6, seed=0, index=0, in_order=True) == sorted(words, key=vocab.index)
+    again = collect_html(synth, tmp_path / "again")
+    assert [(tmp_path / "again" / f"{e.name}.html").read_text() for e in again] == \
+        [(tmp_path / "html" / f"{e.name}.html").read_text() for e in entries]  # same seed, same pages
+    assert vocabulary(8, 5, seed=1) != vocab
+    with pytest.raises(ValueError, match="more than the vocabulary"):
+        page_words(vocab, 9, seed=0, index=0)

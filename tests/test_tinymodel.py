@@ -61,6 +61,24 @@ def test_same_seed_same_weights(tmp_path):
     assert (a / "model.safetensors").read_bytes() == (b / "model.safetensors").read_bytes()
 
 
+def test_image_mean_and_num_heads_are_options_of_the_tiny_model(tmp_path):
+    """The options config/learn.yaml may set (model.tiny.image_mean, num_heads); the defaults build the
+    same model as before."""
+    from olmpipe.models.tiny import build_tiny_model
+
+    plain = build_tiny_model(tmp_path / "plain", seed=1)
+    other = build_tiny_model(tmp_path / "other", seed=1, image_mean=1.0, num_heads=4)
+    processor = json.loads((other / "processor_config.json").read_text())
+    assert processor["image_processor"]["image_mean"] == [1.0, 1.0, 1.0]
+    assert json.loads((plain / "processor_config.json").read_text())["image_processor"]["image_mean"] != [1.0] * 3
+    spec = json.loads((other / "olmpipe_tiny.json").read_text())
+    assert (spec["image_mean"], spec["num_heads"]) == (1.0, 4)
+    assert json.loads((other / "config.json").read_text())["text_config"]["num_attention_heads"] == 4
+    assert json.loads((plain / "olmpipe_tiny.json").read_text())["num_heads"] == 1
+    with pytest.raises(ValueError, match="num_heads"):
+        build_tiny_model(tmp_path / "bad", num_heads=3)
+
+
 def test_rejects_a_bad_shape(tmp_path):
     from olmpipe.models.tiny import build_tiny_model
 

@@ -88,6 +88,7 @@ class TinySpec:
     vision_depth: int = 2
     vision_heads: int = 2
     architecture: str = DEFAULT_ARCHITECTURE
+    image_mean: float | None = None
 
 
 def _training_corpus(extra_texts: list[str] | None) -> list[str]:
@@ -153,15 +154,20 @@ def tiny_budget(arch: Architecture) -> ImageBudget:
                        TINY_MIN_TOKENS * unit, TINY_MAX_TOKENS * unit)
 
 
-def build_processor(tokenizer, arch: Architecture | None = None):
-    """The image-only processor of ``arch`` around ``tokenizer`` with the PIL image processor."""
+def build_processor(tokenizer, arch: Architecture | None = None, image_mean: float | None = None):
+    """The image-only processor of ``arch`` around ``tokenizer`` with the PIL image processor.
+
+    ``image_mean`` replaces the architecture's per-channel mean (CLIP's, ~0.48) by one value for the
+    three channels: 1.0 makes white pixels 0, so the blank page adds nothing to the patch embeddings.
+    """
     from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
     arch = arch or ARCHITECTURES[DEFAULT_ARCHITECTURE]
     budget = tiny_budget(arch)
     image_processor = Qwen2VLImageProcessorPil(
         min_pixels=budget.min_pixels, max_pixels=budget.max_pixels, patch_size=budget.patch_size,
-        merge_size=budget.merge_size, image_mean=list(arch.image_mean), image_std=list(arch.image_std),
+        merge_size=budget.merge_size,
+        image_mean=list(arch.image_mean) if image_mean is None else [image_mean] * 3, image_std=list(arch.image_std),
     )
     return image_only_processor_class(arch)(image_processor=image_processor, tokenizer=tokenizer,
                                             chat_template=CHAT_TEMPLATE)
@@ -256,10 +262,15 @@ def build_tiny_model(
     num_layers: int = 2,
     vocab_size: int = 1024,
     architecture: str = DEFAULT_ARCHITECTURE,
+    image_mean: float | None = None,
+    num_heads: int | None = None,
 ) -> Path:
     """Build the embedded tiny model of ``architecture`` and save model, tokenizer and processor to ``out_dir``.
 
     Deterministic for a given seed, shape and architecture: the same arguments give the same weights.
+    ``image_mean`` is the processor's pixel mean (:func:`build_processor`);
+    ``num_heads`` the text model's attention heads (None: :func:`text_heads`; Qwen2-family heads are
+    ``hidden_size / num_heads`` wide, Qwen3's :data:`TEXT_HEAD_DIM`).
     """
     import torch
     import transformers
@@ -269,13 +280,16 @@ def build_tiny_model(
         raise ValueError(f"architecture must be one of {', '.join(ARCHITECTURES)}, got {architecture!r}")
     arch = ARCHITECTURES[architecture]
     spec = TinySpec(seed=seed, hidden_size=hidden_size, num_layers=num_layers, vocab_size=vocab_size,
-                    num_heads=text_heads(hidden_size), architecture=architecture)
+                    num_heads=num_heads or text_heads(hidden_size), architecture=architecture, image_mean=image_mean)
     if hidden_size % 8:
         raise ValueError(f"hidden_size must be a multiple of 8, got {hidden_size}")
+    if hidden_size % spec.num_heads or (hidden_size // spec.num_heads) % 8:
+        raise ValueError(f"num_heads {spec.num_heads} must split hidden_size {hidden_size} into heads of a multiple "
+                         f"of 8")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     tokenizer = build_tokenizer(spec)
-    processor = build_processor(tokenizer, arch)
+    processor = build_processor(tokenizer, arch, image_mean)
     config = build_model_config(spec, tokenizer)
     torch.manual_seed(spec.seed)
     model = getattr(transformers, arch.model_class)(config).to(torch.float32)
@@ -302,10 +316,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--num-layers", type=int, default=TinySpec.num_layers)
     parser.add_argument("--vocab-size", type=int, default=TinySpec.vocab_size)
     parser.add_argument("--architecture", choices=sorted(ARCHITECTURES), default=DEFAULT_ARCHITECTURE)
+    parser.add_argument("--num-heads", type=int, default=None, help="text attention heads (default: heads of 64)")
+    parser.add_argument("--image-mean", type=float, default=None,
+                        help="pixel mean of the processor for all three channels (default: the architecture's)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     build_tiny_model(args.out_dir, seed=args.seed, hidden_size=args.hidden_size,
-                     num_layers=args.num_layers, vocab_size=args.vocab_size, architecture=args.architecture)
+                     num_layers=args.num_layers, vocab_size=args.vocab_size, architecture=args.architecture,
+                     image_mean=args.image_mean,
+                     num_heads=args.num_heads)
     return 0
 
 

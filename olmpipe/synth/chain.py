@@ -20,8 +20,12 @@ def stage_params(synth: Mapping[str, Any]) -> dict[str, Any]:
 
 def source_files(synth: Mapping[str, Any]) -> list[str]:
     """The files ``synth_html`` reads (its Snakemake inputs): the HTML pages of ``html_dir`` or the
-    PDFs of ``pdf_dir``; empty when the folder is missing (the stage then says so)."""
+    PDFs of ``pdf_dir``; empty when the folder is missing (the stage then says so) and for the
+    generated ``words`` pages (their settings are the rule's params)."""
     from pathlib import Path
+
+    if synth["source"] == "words":
+        return []
 
     folder = synth["html_dir"] if synth["source"] == "html" else synth["pdf_dir"]
     suffixes = (".html", ".htm") if synth["source"] == "html" else (".pdf",)

@@ -1,6 +1,6 @@
 """Stage ``synth_html``: the HTML pages a synthetic bench is made from.
 
-Two sources (``synth.source``):
+Three sources (``synth.source``):
 
 - ``html``: every ``*.html`` file of ``synth.html_dir`` (default: the embedded pages in
   ``data/synth/``), rendered at ``synth.page_width_pt`` x ``synth.page_height_pt``;
@@ -10,7 +10,9 @@ Two sources (``synth.source``):
   backend's requests, retries and concurrency with this project's own prompt). The page keeps its
   source size. Answers go to an append-only journal (``results/synth/html-journal.jsonl``, not a
   Snakemake output, so a failed or interrupted run keeps them) keyed by image hash, model and
-  prompt; a rerun asks only for the pages it has no answer for.
+  prompt; a rerun asks only for the pages it has no answer for;
+- ``words``: ``synth.words.pages`` generated pages of a few large words from a small vocabulary
+  (:mod:`olmpipe.synth.words`), the task of the learning run (README "A run that learns").
 
 Output (``out_dir``, written to a temporary folder and moved into place): ``<name>.html`` per page
 and ``index.jsonl`` with one line per page: ``name``, ``source``, ``width_pt``, ``height_pt``,
@@ -38,6 +40,7 @@ from olmpipe.layout import SynthLayout
 from olmpipe.rasterize import RasterizeError, rasterize_pdf
 from olmpipe.records.files import file_sha256, publish_dir, staging_dir, write_jsonl
 from olmpipe.records.synth import INDEX_NAME
+from olmpipe.synth.words import word_pages
 
 log = logging.getLogger(__name__)
 
@@ -287,6 +290,9 @@ def collect_html(synth: Mapping[str, Any], out_dir: str | Path, *, journal_path:
             except ValueError as exc:
                 entry.status, entry.error = "skipped", str(exc)
                 items.append((entry, None))
+    elif synth["source"] == "words":
+        items = [(HtmlEntry(name, "words", synth["page_width_pt"], synth["page_height_pt"]), html)
+                 for name, html in word_pages(synth)]
     else:
         journal = Path(journal_path or SynthLayout(str(out_dir.parent)).html_journal)
         journal.parent.mkdir(parents=True, exist_ok=True)

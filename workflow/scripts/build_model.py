@@ -15,6 +15,8 @@ with rule_job(snakemake.log[0], "build_model"):  # noqa: F821
         seed=tiny["seed"],
         hidden_size=tiny["hidden_size"],
         num_layers=tiny["num_layers"],
+        image_mean=tiny["image_mean"],
+        num_heads=tiny["num_heads"],
         vocab_size=tiny["vocab_size"],
         architecture=tiny["architecture"],
     )
