@@ -140,7 +140,7 @@ def test_whole_chain_on_a_tiny_qwen3_vl(tmp_path):
                                 "baseline_generate": 1, "train_seed": 2, "soup": 1, "evaluate_generate": 1,
                                 "evaluate_compare": 1, "report_plots": 1, "report_html": 1, "train": 1}
     results = tmp_path / "results"
-    folders = [results / "model" / "tiny", *(results / "train" / f"seed{s}" / "model" for s in (0, 1)),
+    folders = [results / "model" / "tiny-qwen3_vl", *(results / "train" / f"seed{s}" / "model" for s in (0, 1)),
                results / "train" / "soup" / "model"]
     for folder in folders:
         assert json.loads((folder / "config.json").read_text())["model_type"] == "qwen3_vl", folder

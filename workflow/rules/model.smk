@@ -27,7 +27,7 @@ if HUB_MODEL:
 
     rule download_model:
         output:
-            model=directory(tiny_model_dir(config["model"]["tiny"]["architecture"])),
+            model=directory(MODEL_DIR),
         log:
             "logs/download_model/download_model.log",
         localrule: True
