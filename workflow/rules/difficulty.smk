@@ -84,7 +84,9 @@ rule difficulty_filter:
         runtime=30,
     params:
         # min_spread and the pass-rate window (not `enabled`: the filter is the same either way).
-        filter=FilterSettings.from_config(config["train"]["difficulty"]).to_json(),
+        filter=json.dumps(
+            FilterSettings.from_config(config["train"]["difficulty"]).to_json()
+        ),
         num_generations=config["train"]["grpo"]["num_generations"],
         # Pages one generation batch of training takes: the filter refuses to keep fewer.
         batch_pages=training_batch_pages(config),
