@@ -142,7 +142,8 @@ def checked_launch(kind, run_dir, model, wildcards, resources):
 
 
 # Interpreter of the file-to-file jobs (olmpipe.rulejobs): Snakemake's own, where olmpipe is
-# installed, as for the generation and training jobs; under --sdm conda the rules' environments.
+# installed, as for the generation (GENERATE_PYTHON) and training jobs (olmpipe.launch), also under
+# --sdm conda.
 # Their `shell:` commands quote it: Snakemake's `script:` leaves the interpreter path unquoted
 # (snakemake/script/__init__.py, PythonScript.execute_script, lines 587 and 616-618 in Snakemake
 # 9.27: `py_exec = sys.executable`, then "{py_exec} {fname:q}"), which fails (exit 127) in a
