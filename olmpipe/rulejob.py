@@ -1,18 +1,20 @@
-"""What every ``script:`` job of the workflow does with its log: everything it logs, and any error
+"""What every file-to-file job of the workflow does with its log: everything it logs, and any error
 that ends it, goes to the log file Snakemake names when the job fails.
 
-Snakemake runs a ``script:`` rule as a child process whose standard error is Snakemake's own, and
-on failure points the user to the rule's ``log:`` file. A script that only routes ``logging`` there
-leaves that file empty when it ends in an exception: the refusal (e.g. ``download_model``'s damaged
-blob in the Hugging Face cache) and its traceback went to Snakemake's terminal only. Each script in
-``workflow/scripts/`` therefore runs inside :func:`rule_job`::
+Snakemake runs such a rule (``python -m olmpipe.rulejobs``, through a ``shell:`` command) as a child
+process whose standard error is Snakemake's own, and on failure points the user to the rule's
+``log:`` file. A job that only routes ``logging`` there leaves that file empty when it ends in an
+exception: the refusal (e.g. ``download_model``'s damaged blob in the Hugging Face cache) and its
+traceback went to Snakemake's terminal only. Each job of :mod:`olmpipe.rulejobs` therefore runs
+inside :func:`rule_job`::
 
-    with rule_job(snakemake.log[0], "download_model"):
-        download(snakemake.params.repo, snakemake.params.revision, snakemake.output.model)
+    with rule_job(log, "download_model"):
+        download(repo, revision, out)
 
 An exception is logged with its traceback, then the job exits with one line naming the rule, the
-error and the log (on Snakemake's standard error); a ``SystemExit`` with a message (a script's own
-refusal) is logged and kept. ``shell:`` rules send their output to the log with ``> {log} 2>&1``.
+error and the log (on Snakemake's standard error); a ``SystemExit`` with a message (a job's own
+refusal) is logged and kept. The generation and training rules send their output to the log with
+``> {log} 2>&1``.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ __all__ = ["rule_job"]
 
 @contextlib.contextmanager
 def rule_job(log: str | Path, rule: str) -> Iterator[logging.Logger]:
-    """Route logging to ``log`` (``snakemake.log[0]``) for the job of ``rule``, and send any error
+    """Route logging to ``log`` (the rule's log file) for the job of ``rule``, and send any error
     that ends the job there too (see the module docstring); yields the rule's logger."""
     logging.basicConfig(filename=str(log), level=logging.INFO, force=True)
     logger = logging.getLogger(f"olmpipe.rule.{rule}")

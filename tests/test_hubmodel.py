@@ -429,12 +429,21 @@ def test_a_scripts_error_and_its_traceback_go_to_its_log(tmp_path: Path) -> None
     assert "some_rule: refused, for a reason" in log.read_text()
 
 
-def test_every_workflow_script_sends_its_errors_to_its_log():
-    """Every `script:` rule's errors go to its log (olmpipe.rulejob.rule_job): the scripts route their
-    logging and any exception there, so the log Snakemake names on failure is never empty."""
-    scripts = sorted((REPO / "workflow" / "scripts").glob("*.py"))
-    assert scripts
-    for script in scripts:
-        text = script.read_text()
-        assert "with rule_job(snakemake.log[0]" in text, f"{script.name} does not run inside rule_job"
-        assert "logging.basicConfig" not in text, script.name
+def test_every_file_job_sends_its_errors_to_its_log(tmp_path: Path):
+    """The file-to-file rules run `python -m olmpipe.rulejobs` through `shell:` (no `script:`: it
+    leaves the interpreter path unquoted): a job's unexpected error lands in the rule's log with its
+    traceback, and the job ends with one line naming the rule and the log on standard error."""
+    rules = sorted((REPO / "workflow" / "rules").glob("*.smk"))
+    assert rules and not (REPO / "workflow" / "scripts").exists()
+    for smk in rules:
+        assert "    script:" not in smk.read_text(), f"{smk.name} has a script: rule"
+    log = tmp_path / "logs" / "soup" / "soup.log"
+    files = json.dumps({"input": {"models": [str(tmp_path / "no such model")]},
+                        "output": {"model": str(tmp_path / "soup")}, "threads": 1})
+    proc = subprocess.run([sys.executable, "-m", "olmpipe.rulejobs", "soup", "--log", str(log), "--files", files,
+                           "--param", "soup", '{"dtype": "source"}'], capture_output=True, text=True, check=False,
+                          cwd=REPO)
+    assert proc.returncode != 0
+    assert f"(the traceback is in {log})" in proc.stderr and proc.stderr.startswith("soup: "), proc.stderr
+    text = log.read_text()
+    assert "Traceback" in text and "soup: " in text, text

@@ -26,7 +26,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ("launch",),
     ("plan",),
     ("rasterize", "validate", "synth", "sft", "difficulty", "train", "evaluate", "report"),
-    ("results", "rundiff", "cli", "moved", "__init__", "__main__"),
+    ("results", "rundiff", "cli", "moved", "rulejobs", "__init__", "__main__"),
 )
 FLOOR = {unit: i for i, units in enumerate(FLOORS) for unit in units}
 

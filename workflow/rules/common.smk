@@ -4,6 +4,8 @@
 # olmpipe.codeversion (which package code reruns which rule:
 # `params: code=rule_code_version("<rule>")`); this file only binds them to the validated config.
 import functools
+import json
+import sys
 
 from snakemake.exceptions import WorkflowError
 
@@ -181,3 +183,40 @@ def checked_launch(kind, run_dir, model, wildcards, resources):
     except ResumeMismatchError as exc:
         raise WorkflowError(f"{kind.rule} (seed {seed}): {exc}") from None
     return prefix
+
+
+# Interpreter of the file-to-file jobs (olmpipe.rulejobs): Snakemake's own, where olmpipe is
+# installed, as for the generation (GENERATE_PYTHON) and training jobs (olmpipe.launch), also under
+# --sdm conda.
+# Their `shell:` commands quote it: Snakemake's `script:` leaves the interpreter path unquoted
+# (snakemake/script/__init__.py, PythonScript.execute_script, lines 587 and 616-618 in Snakemake
+# 9.27: `py_exec = sys.executable`, then "{py_exec} {fname:q}"), which fails (exit 127) in a
+# checkout whose .venv path holds a space (snakemake issue #2645).
+RULE_PYTHON = sys.executable
+
+
+def job_files(wildcards, input, output, threads):
+    """The `files` param function of the olmpipe.rulejobs jobs: the rule's named inputs and outputs
+    and its threads, as the JSON argument --files."""
+    return json.dumps(
+        {
+            "input": dict(input.items()),
+            "output": dict(output.items()),
+            "threads": threads,
+        }
+    )
+
+
+def rule_job(job, json_params=(), text_params=()):
+    """The `shell:` command of a file-to-file rule: `python -m olmpipe.rulejobs <job>` with the
+    rule's files (params.files, job_files), the params named in `json_params` (JSON text) and
+    `text_params` (plain strings), every path quoted. As the scripts it replaces, the job logs to the
+    rule's log and sends any error that ends it there with its traceback (olmpipe.rulejob), then
+    ends with one line naming the rule and the log on Snakemake's standard error; its standard
+    output (the tables the audit and the report print) is Snakemake's."""
+    args = "".join(f" --param {name} {{params.{name}:q}}" for name in json_params)
+    args += "".join(f" --text {name} {{params.{name}:q}}" for name in text_params)
+    return (
+        f"{{params.python:q}} -m olmpipe.rulejobs {job} --log {{log:q}}"
+        f" --files {{params.files:q}}{args}"
+    )

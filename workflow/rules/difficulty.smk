@@ -87,13 +87,20 @@ rule difficulty_filter:
         runtime=30,
     params:
         # min_spread and the pass-rate window (not `enabled`: the filter is the same either way).
-        filter=FilterSettings.from_config(config["train"]["difficulty"]).to_json(),
+        filter=json.dumps(
+            FilterSettings.from_config(config["train"]["difficulty"]).to_json()
+        ),
         num_generations=config["train"]["grpo"]["num_generations"],
         # Pages one generation batch of training takes: the filter refuses to keep fewer.
         batch_pages=training_batch_pages(config),
         code=rule_code_version("difficulty_filter"),
-    script:
-        "../scripts/difficulty_filter.py"
+        python=RULE_PYTHON,
+        files=job_files,
+    shell:
+        rule_job(
+            "difficulty_filter",
+            json_params=("filter", "num_generations", "batch_pages"),
+        )
 
 
 # The page index the training jobs read (train.smk): the filtered one with train.difficulty.enabled.

@@ -75,12 +75,16 @@ rule evaluate_compare:
         mem_mb=2000,
         runtime=30,
     params:
-        model=config["model"],
-        evaluate=config["evaluate"],
-        names={"baseline": grpo_baseline_name(config), "trained": trained_name(config)},
+        model=json.dumps(config["model"]),
+        evaluate=json.dumps(config["evaluate"]),
+        names=json.dumps(
+            {"baseline": grpo_baseline_name(config), "trained": trained_name(config)}
+        ),
         code=rule_code_version("evaluate_compare"),
-    script:
-        "../scripts/evaluate_compare.py"
+        python=RULE_PYTHON,
+        files=job_files,
+    shell:
+        rule_job("evaluate_compare", json_params=("model", "evaluate", "names"))
 
 
 # The SFT model against the base model (sft.enabled).
@@ -101,7 +105,9 @@ use rule evaluate_compare as evaluate_sft_compare with:
     log:
         "logs/evaluate_sft_compare/evaluate_sft_compare.log",
     params:
-        model=config["model"],
-        evaluate=config["evaluate"],
-        names={"baseline": config["model"]["name"], "trained": sft_model_name(config)},
+        model=json.dumps(config["model"]),
+        evaluate=json.dumps(config["evaluate"]),
+        names=json.dumps(
+            {"baseline": config["model"]["name"], "trained": sft_model_name(config)}
+        ),
         code=rule_code_version("evaluate_compare"),

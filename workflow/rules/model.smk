@@ -12,11 +12,13 @@ rule build_model:
         "../envs/olmpipe.yaml"
     threads: 1
     params:
-        tiny=config["model"]["tiny"],
+        tiny=json.dumps(config["model"]["tiny"]),
         # editing the builder rebuilds the model and reruns every stage that uses it
         code=rule_code_version("build_model"),
-    script:
-        "../scripts/build_model.py"
+        python=RULE_PYTHON,
+        files=job_files,
+    shell:
+        rule_job("build_model", json_params=("tiny",))
 
 
 # A hub id (model.path: org/name): fetched once, on the machine that runs Snakemake (a local rule:
@@ -37,5 +39,7 @@ if HUB_MODEL:
         params:
             repo=HUB_MODEL[0],
             revision=HUB_MODEL[1],
-        script:
-            "../scripts/download_model.py"
+            python=RULE_PYTHON,
+            files=job_files,
+        shell:
+            rule_job("download_model", text_params=("repo", "revision"))

@@ -26,8 +26,14 @@ rule rasterize:
         # [bench folder, page root] of each bench; the job lists their PDFs itself (the same
         # olmpipe.bench.folders.pdf_files as rasterize_input), so a changed PDF list is an input change
         # and `snakemake -n` does not print thousands of paths as a params change.
-        benches=[[bench.dir, str(bench.pages_root)] for bench in BENCHES],
+        benches=json.dumps([[bench.dir, str(bench.pages_root)] for bench in BENCHES]),
         # Editing olmpipe/rasterize.py re-renders every page (see config/README.md, "Reruns").
         code=rule_code_version("rasterize"),
-    script:
-        "../scripts/rasterize.py"
+        python=RULE_PYTHON,
+        files=job_files,
+    shell:
+        rule_job(
+            "rasterize",
+            json_params=("longest_side", "benches"),
+            text_params=("on_error", "code"),
+        )

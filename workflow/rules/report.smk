@@ -62,8 +62,10 @@ rule report_plots:
         runtime=30,
     params:
         code=rule_code_version("report"),
-    script:
-        "../scripts/report_plots.py"
+        python=RULE_PYTHON,
+        files=job_files,
+    shell:
+        rule_job("report_plots")
 
 
 rule report_html:
@@ -99,11 +101,13 @@ rule report_html:
         mem_mb=2000,
         runtime=30,
     params:
-        report=config["report"],
+        report=json.dumps(config["report"]),
         # The whole run configuration is printed in the report: a function of `output`, so not a
         # rerun trigger (olmpipe.generate.tracked): a setting that reruns no job leaves the page as
         # it is, with the configuration of the run that wrote it.
-        config=lambda wildcards, output: config,
+        config=lambda wildcards, output: json.dumps(config),
         code=rule_code_version("report"),
-    script:
-        "../scripts/report_html.py"
+        python=RULE_PYTHON,
+        files=job_files,
+    shell:
+        rule_job("report_html", json_params=("report", "config"))

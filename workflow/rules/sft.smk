@@ -43,10 +43,12 @@ rule sft_pairs:
         mem_mb=2000,
         runtime=30,
     params:
-        sft=SFT_PAIRS_SETTINGS,
+        sft=json.dumps(SFT_PAIRS_SETTINGS),
         code=rule_code_version("sft_pairs"),
-    script:
-        "../scripts/sft_pairs.py"
+        python=RULE_PYTHON,
+        files=job_files,
+    shell:
+        rule_job("sft_pairs", json_params=("sft",))
 
 
 rule sft_seed:
@@ -102,10 +104,12 @@ rule sft_soup:
         mem_mb=16000,
         runtime=60,
     params:
-        soup=config["soup"],
+        soup=json.dumps(config["soup"]),
         code=rule_code_version("soup"),
-    script:
-        "../scripts/soup.py"
+        python=RULE_PYTHON,
+        files=job_files,
+    shell:
+        rule_job("soup", json_params=("soup",))
 
 
 # The model GRPO and the difficulty stage start from (train.smk, difficulty.smk).

@@ -91,7 +91,9 @@ rule soup:
         mem_mb=16000,
         runtime=60,
     params:
-        soup=config["soup"],
+        soup=json.dumps(config["soup"]),
         code=rule_code_version("soup"),
-    script:
-        "../scripts/soup.py"
+        python=RULE_PYTHON,
+        files=job_files,
+    shell:
+        rule_job("soup", json_params=("soup",))

@@ -25,14 +25,18 @@ rule validate:
         mem_mb=2000,
         runtime=30,
     params:
-        bench=config["bench"],
+        bench=json.dumps(config["bench"]),
         # validate.audit is the audit's own setting: changing it reruns validate_audit only.
-        validate={k: v for k, v in config["validate"].items() if k != "audit"},
+        validate=json.dumps(
+            {k: v for k, v in config["validate"].items() if k != "audit"}
+        ),
         # Editing this stage, the split or the test loader (olmpipe.bench.model/normalize) reruns
         # validate; edits to the scorer do not (see config/README.md, "Reruns").
         code=rule_code_version("validate"),
-    script:
-        "../scripts/validate.py"
+        python=RULE_PYTHON,
+        files=job_files,
+    shell:
+        rule_job("validate", json_params=("bench", "validate"))
 
 
 # What trivial answers earn on each validated page with the rewards as configured, guard off and on:
@@ -57,10 +61,14 @@ rule validate_audit:
     params:
         # the rewards as configured (not a rerun trigger: a function of `output`) and what of them
         # changes the audit (not the scoring workers' processes, timeouts, memory)
-        rewards=lambda wildcards, output: config["rewards"],
+        rewards=lambda wildcards, output: json.dumps(config["rewards"]),
         rewards_trigger=rewards_trigger_json(config),
-        audit=config["validate"]["audit"],
+        audit=json.dumps(config["validate"]["audit"]),
         max_completion_length=config["train"]["grpo"]["max_completion_length"],
         code=rule_code_version("validate_audit"),
-    script:
-        "../scripts/validate_audit.py"
+        python=RULE_PYTHON,
+        files=job_files,
+    shell:
+        rule_job(
+            "validate_audit", json_params=("rewards", "audit", "max_completion_length")
+        )
