@@ -207,7 +207,10 @@ def stale_embedded_model(cfg: Mapping[str, Any], model: str | Path) -> bool:
         built = json.loads(spec.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return True
-    return not isinstance(built, dict) or any(built.get(k) != v for k, v in (model_cfg.get("tiny") or {}).items())
+    # a null setting (model.tiny.num_heads, image_mean) means the builder's default, which the
+    # recorded spec holds resolved: only the settings given are compared
+    return not isinstance(built, dict) or any(v is not None and built.get(k) != v
+                                              for k, v in (model_cfg.get("tiny") or {}).items())
 
 
 def job_problems(cfg: Mapping[str, Any], gpus: int, model: str | Path | None, kind: JobKind = GRPO) -> list[str]:
