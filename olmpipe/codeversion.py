@@ -17,6 +17,7 @@ rules whose listed code really changed.
 from __future__ import annotations
 
 import ast
+import functools
 import hashlib
 import importlib.util
 from collections.abc import Mapping
@@ -183,9 +184,17 @@ def rule_modules(name: str) -> tuple[str, ...]:
     return (*direct, *picked)
 
 
-def _imports_of(path: Path, module: str, is_package: bool) -> set[str]:
-    """Dotted ``olmpipe`` modules (or the names imported from them) that the file of ``module`` imports."""
-    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+def _imports_of(path: Path, module: str, is_package: bool) -> frozenset[str]:
+    """Dotted ``olmpipe`` modules (or the names imported from them) that the file of ``module`` imports;
+    each file is parsed once per version of it (every rule's closure shares the package's modules)."""
+    st = path.stat()
+    return _parsed_imports(str(path), st.st_mtime_ns, st.st_size, module, is_package)
+
+
+@functools.lru_cache(maxsize=1024)
+def _parsed_imports(path: str, mtime_ns: int, size: int, module: str, is_package: bool) -> frozenset[str]:
+    """:func:`_imports_of` for one version of the file (``mtime_ns`` and ``size`` key the cache)."""
+    tree = ast.parse(Path(path).read_text(encoding="utf-8"), path)
     package = module if is_package else module.rpartition(".")[0]
     out: set[str] = set()
     for node in ast.walk(tree):
@@ -202,7 +211,7 @@ def _imports_of(path: Path, module: str, is_package: bool) -> set[str]:
                 continue
             out.add(src)
             out.update(f"{src}.{a.name}" for a in node.names)  # `from pkg import module`
-    return out
+    return frozenset(out)
 
 
 def _source_of(module: str) -> tuple[Path, bool] | None:

@@ -18,7 +18,8 @@ drives every seam through the installed classes. Line numbers are TRL 1.16.0's, 
   constructor's parameters and refuses one it cannot carry over.
 - :func:`latest_generation_batch` reads ``GRPOTrainer._logs``, TRL's record of the latest generation.
 - :func:`add_fused_lm_head` is TRL's (not exported) fused LM head of the policy's log-probabilities.
-- :func:`after_vllm_weight_sync`, :func:`after_server_weight_sync`, :func:`vllm_server_post`,
+- :func:`after_vllm_weight_sync`, :func:`after_server_weight_sync`, :func:`vllm_server_post` (and
+  :func:`reset_server_encoder_cache`, vLLM's dev endpoint :data:`RESET_ENCODER_CACHE` through it),
   :func:`vllm_weight_stream` / :func:`set_vllm_weight_stream`, :func:`vllm_sync_sharding`: TRL's
   ``VLLMGeneration`` (``trl/generation/vllm_generation.py``), whose ``sync_weights``, client and
   private ``_iter_named_params`` / ``_dist`` the trainer adjusts.
@@ -42,9 +43,9 @@ from trl.trainer.utils import RepeatSampler
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["EpochSeededRepeatSampler", "GRPOTrainerSeams", "GenerationBatch", "SFTTrainerSeams", "TrainerSeams",
+__all__ = ["RESET_ENCODER_CACHE", "EpochSeededRepeatSampler", "GRPOTrainerSeams", "GenerationBatch", "SFTTrainerSeams", "TrainerSeams",
            "add_fused_lm_head", "after_server_weight_sync", "after_vllm_weight_sync", "colocated_llm", "epoch_seeded",
-           "latest_generation_batch", "set_vllm_weight_stream", "vllm_server_post", "vllm_sync_sharding",
+           "latest_generation_batch", "reset_server_encoder_cache", "set_vllm_weight_stream", "vllm_server_post", "vllm_sync_sharding",
            "vllm_weight_stream"]
 
 NamedTensors = Iterator[tuple[str, Any]]
@@ -308,6 +309,22 @@ def vllm_server_post(trainer: Any) -> Callable[[str], Any] | None:
         return client.session.post(f"{client.base_url}{path}")
 
     return post
+
+
+#: vLLM's endpoint that drops the server's vision-encoder cache (vLLM 0.31
+#: ``entrypoints/serve/dev/cache/api_router.py`` 57-64; in the dev router, which ``trl vllm-serve``
+#: enables with ``VLLM_SERVER_DEV_MODE=1``, ``trl/scripts/vllm_serve.py`` 280-283).
+RESET_ENCODER_CACHE = "/reset_encoder_cache"
+
+
+def reset_server_encoder_cache(trainer: Any) -> Callable[[], Any] | None:
+    """``reset()``: a POST of :data:`RESET_ENCODER_CACHE` to the trainer's vLLM server (the
+    ``requests`` response; its status is the caller's to judge), through :func:`vllm_server_post`;
+    None without a server or off the main process."""
+    post = vllm_server_post(trainer)
+    if post is None:
+        return None
+    return lambda: post(RESET_ENCODER_CACHE)
 
 
 def after_server_weight_sync(trainer: Any, callback: Callable[[], None]) -> bool:

@@ -22,22 +22,18 @@ import logging
 from typing import Any
 
 from olmpipe.compat.trl import (
+    RESET_ENCODER_CACHE,
     EpochSeededRepeatSampler,
     GRPOTrainerSeams,
     after_server_weight_sync,
     after_vllm_weight_sync,
     epoch_seeded,
-    vllm_server_post,
+    reset_server_encoder_cache,
 )
 from olmpipe.job.trainer import ResumableTrainer, load_checkpoint_weights
 from olmpipe.train.vllm_server import VLLMServerError
 
 logger = logging.getLogger(__name__)
-
-#: vLLM's endpoint that drops the server's vision-encoder cache (vLLM 0.31
-#: ``entrypoints/serve/dev/cache/api_router.py`` 57-64; in the dev router, which ``trl vllm-serve``
-#: enables with ``VLLM_SERVER_DEV_MODE=1``, ``trl/scripts/vllm_serve.py`` 280-283).
-RESET_ENCODER_CACHE = "/reset_encoder_cache"
 
 
 def _drop_engine_caches(llm: Any) -> None:
@@ -45,6 +41,7 @@ def _drop_engine_caches(llm: Any) -> None:
     from olmpipe.compat.vllm import drop_stale_caches
 
     drop_stale_caches(llm)
+
 
 __all__ = ["ResumableGRPOTrainer", "load_checkpoint_weights"]
 
@@ -150,18 +147,18 @@ class ResumableGRPOTrainer(ResumableTrainer, GRPOTrainerSeams):
         keeps vision-encoder outputs per image hash and serves them again for a page seen before
         (``v1/core/encoder_cache_manager.py`` 124-134), and says to reset them "when model weights
         are updated" (``v1/engine/llm_engine.py`` 366-372). Colocate mode: the engine's caches
-        (:func:`olmpipe.compat.vllm.drop_stale_caches`). Server mode: ``POST /reset_encoder_cache``
-        (:data:`RESET_ENCODER_CACHE`), from the main process once now (a server without the endpoint
+        (:func:`olmpipe.compat.vllm.drop_stale_caches`). Server mode: the server's encoder-cache reset
+        (:func:`olmpipe.compat.trl.reset_server_encoder_cache`), from the main process once now (a server without the endpoint
         stops the job before training) and after every sync.
         """
         if after_vllm_weight_sync(self, _drop_engine_caches):
             return
-        post = vllm_server_post(self)
-        if post is None:
+        post_reset = reset_server_encoder_cache(self)
+        if post_reset is None:
             return
 
         def reset() -> None:
-            response = post(RESET_ENCODER_CACHE)
+            response = post_reset()
             if response.status_code != 200:
                 raise VLLMServerError(
                     f"the vLLM server answered {RESET_ENCODER_CACHE} with {response.status_code} "
